@@ -1,0 +1,96 @@
+"""BM25 text analysis: Unicode word tokens, lowercase, optional stopwords, jieba for CJK runs.
+
+Identifiers such as ``TW-E4031``, ``sync.timeout_ms`` or ``/v2/shares`` are emitted whole *and*
+as their parts, so an exact identifier query matches the identifier far above any document that
+merely shares one of its parts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+# A run of letters/digits, optionally joined to further runs by one of - _ . / : (an identifier).
+_RUN = re.compile(r"[^\W_]+(?:[-_./:][^\W_]+)*")
+_PART = re.compile(r"[^\W_]+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_CJK_SPLIT = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)")
+
+
+@dataclass(frozen=True)
+class AnalyzerConfig:
+    """Recorded in the store manifest: queries must be analysed exactly like the index."""
+
+    lowercase: bool = True
+    stopwords: str | None = "en"
+    cjk: str = "jieba"
+
+    def to_dict(self) -> dict:
+        return {"lowercase": self.lowercase, "stopwords": self.stopwords, "cjk": self.cjk}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AnalyzerConfig":
+        return cls(**data)
+
+
+@lru_cache(maxsize=4)
+def _stopwords(name: str | None) -> frozenset[str]:
+    if not name:
+        return frozenset()
+    if name != "en":
+        from .errors import InputError
+
+        raise InputError(f"unknown stopword list {name!r}: use 'en' or none")
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
+
+
+@lru_cache(maxsize=1)
+def _jieba():
+    import jieba
+
+    from ._env import cache_dir
+
+    jieba.setLogLevel(logging.WARNING)
+    # jieba caches its dictionary in /tmp/jieba.cache, shared by all users, unless told otherwise.
+    jieba.dt.tmp_dir = cache_dir()
+    jieba.initialize()
+    return jieba
+
+
+def _cjk_tokens(run: str) -> list[str]:
+    return [t for t in _jieba().lcut_for_search(run) if _PART.fullmatch(t)]
+
+
+class Analyzer:
+    def __init__(self, config: AnalyzerConfig | None = None):
+        self.config = config or AnalyzerConfig()
+        self._stop = _stopwords(self.config.stopwords)
+
+    def __call__(self, text: str) -> list[str]:
+        if self.config.lowercase:
+            text = text.lower()
+        out: list[str] = []
+        for match in _RUN.finditer(text):
+            run = match.group(0)
+            if _CJK.search(run):
+                for piece in _CJK_SPLIT.split(run):
+                    if not piece:
+                        continue
+                    if _CJK.match(piece):
+                        out.extend(_cjk_tokens(piece))
+                    else:
+                        out.extend(self._latin(piece))
+            else:
+                out.extend(self._latin(run))
+        return out
+
+    def _latin(self, run: str) -> list[str]:
+        parts = _PART.findall(run)
+        tokens = [p for p in parts if p not in self._stop]
+        if len(parts) > 1:
+            tokens.append(run.strip("-_./:"))
+        return tokens

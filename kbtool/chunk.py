@@ -1,0 +1,161 @@
+"""Structure-first chunking.
+
+Blocks are grouped by their section path; tables and code blocks stay whole (up to
+``hard_max`` tokens); text is packed up to ``size`` tokens and a unit longer than that is split
+recursively with overlap by langchain-text-splitters. Every size is counted in the embedding
+model's own word pieces, *including* the title/section prefix that is embedded with the chunk,
+so the default size fits the model's window and no text is silently invisible to the dense side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from .errors import InputError
+from .parse import Block
+
+Counter = Callable[[str], int]
+SEP = " > "
+
+
+@dataclass(frozen=True)
+class ChunkParams:
+    size: int = 0  # 0 = the embedding model's limit (max_seq_length minus [CLS]/[SEP])
+    overlap: int = 32
+    hard_max: int = 0  # 0 = 2 x size: tables/code up to this stay whole
+    prefix: bool = True
+
+    def resolved(self, model_max_tokens: int) -> "ChunkParams":
+        size = self.size or (model_max_tokens - 2)
+        hard_max = self.hard_max or 2 * size
+        if size < 16:
+            raise InputError(f"--size {size} is too small: use at least 16 tokens")
+        if not 0 <= self.overlap < size // 2:
+            raise InputError(f"--overlap {self.overlap} must be between 0 and half of --size ({size})")
+        if hard_max < size:
+            raise InputError(f"--hard-max {hard_max} must be at least --size ({size})")
+        return ChunkParams(size, self.overlap, hard_max, self.prefix)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ChunkDraft:
+    ordinal: int
+    text: str
+    prefix: str
+    section_path: str
+    page: int | None
+    char_start: int
+    char_end: int
+    n_tokens: int
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.prefix}\n\n{self.text}" if self.prefix else self.text
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.embed_text.encode("utf-8")).hexdigest()
+
+
+def make_prefix(title: str, section: list[str]) -> str:
+    parts = list(section)
+    if title and (not parts or parts[0].casefold() != title.casefold()):
+        parts.insert(0, title)
+    return SEP.join(parts)
+
+
+@dataclass
+class _Unit:
+    kind: str
+    text: str
+    start: int
+    page: int | None
+
+
+def _splitter(size: int, overlap: int, count: Counter, separators: list[str] | None = None):
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    return RecursiveCharacterTextSplitter(
+        chunk_size=size, chunk_overlap=overlap, length_function=count,
+        separators=separators or ["\n\n", "\n", "。", ". ", "; ", ", ", " ", ""],
+        keep_separator="end",
+    )
+
+
+def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Counter) -> list[ChunkDraft]:
+    """Chunk one document's blocks. ``params`` must already be resolved."""
+    sections: list[tuple[list[str], list[_Unit]]] = []
+    pos = 0
+    for block in blocks:
+        start = pos
+        pos += len(block.text) + 2  # blocks are joined with "\n\n" in the document text
+        if block.kind == "title":
+            continue
+        if not sections or sections[-1][0] != block.section:
+            sections.append((block.section, []))
+        sections[-1][1].append(_Unit(block.kind, block.text, start, block.page))
+
+    drafts: list[ChunkDraft] = []
+    for section, units in sections:
+        prefix = make_prefix(title, section) if params.prefix else ""
+        section_path = SEP.join(section)
+        budget = params.size - (count(prefix + "\n\n") if prefix else 0)
+        budget = max(budget, params.size // 2)
+        pending: list[_Unit] = []
+
+        def emit(text: str, start: int, page: int | None) -> None:
+            drafts.append(ChunkDraft(len(drafts), text, prefix, section_path, page, start,
+                                     start + len(text), count(f"{prefix}\n\n{text}" if prefix else text)))
+
+        def flush() -> None:
+            if pending:
+                text = "\n\n".join(u.text for u in pending)
+                emit(text, pending[0].start, pending[0].page)
+                pending.clear()
+
+        for unit in units:
+            n = count(unit.text)
+            atomic = unit.kind in ("table", "code")
+            if n > budget and not (atomic and n <= params.hard_max):
+                flush()
+                for piece, offset in _split(unit, budget, params, count):
+                    emit(piece, unit.start + offset, unit.page)
+                continue
+            joined = "\n\n".join([u.text for u in pending] + [unit.text])
+            if pending and count(joined) > budget:
+                flush()
+            pending.append(unit)
+            if atomic and n > budget:
+                flush()  # an oversized table or code block stands alone
+        flush()
+    return drafts
+
+
+def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int]]:
+    if unit.kind == "table":
+        # Split a large table by rows, repeating the header row in every piece.
+        lines = unit.text.split("\n")
+        header, rows = lines[0], lines[1:]
+        room = max(budget - count(header), budget // 2)
+        pieces = _splitter(room, 0, count, ["\n"]).split_text("\n".join(rows)) if rows else [header]
+        out, cursor = [], 0
+        for piece in pieces:
+            off = unit.text.find(piece, cursor)
+            cursor = max(off, cursor)
+            out.append((header + "\n" + piece if rows else piece, max(off, 0)))
+        return out
+    seps = ["\n"] if unit.kind == "code" else None
+    pieces = _splitter(budget, params.overlap, count, seps).split_text(unit.text)
+    out, cursor = [], 0
+    for piece in pieces:
+        off = unit.text.find(piece, cursor)
+        if off < 0:
+            off = cursor
+        out.append((piece, off))
+        cursor = off + 1
+    return out

@@ -1,0 +1,27 @@
+"""Domain exceptions. The CLI turns each into a one-line message and an exit code."""
+
+
+class KbtoolError(Exception):
+    """Base class: an expected failure with a message that says how to fix it."""
+
+    exit_code = 1
+
+
+class InputError(KbtoolError):
+    """Bad user input: a path, an option value, a question set."""
+
+
+class StoreError(KbtoolError):
+    """The store is missing, from another version, or inconsistent."""
+
+
+class ModelMismatchError(StoreError):
+    """The store was built with a different embedding model than the one asked for."""
+
+
+class ModelError(KbtoolError):
+    """The embedding model cannot be found or loaded (offline, wrong path)."""
+
+
+class ParseError(KbtoolError):
+    """One file could not be parsed; ingest reports it and goes on."""

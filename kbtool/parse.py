@@ -1,0 +1,268 @@
+"""Turn one file into a list of Blocks (title, text, list, table, code) with section paths.
+
+unstructured does the parsing. Two deliberate departures, both for offline use:
+- unstructured 0.27 downloads spaCy's ``en_core_web_sm`` on first use to tell narrative text
+  from titles. When that model is not installed we hand it a blank English pipeline with a
+  sentencizer (``_use_blank_spacy``). Headings in Markdown, HTML and DOCX come from markup and
+  are unaffected; plain-text title detection loses its verb check, so ``_demote_sentences``
+  turns "titles" that read like sentences back into text.
+- PDF text comes from pypdfium2, page by page, then goes through unstructured's plain-text
+  partitioner. ``unstructured[pdf]`` would replace the CPU torch with a multi-GB CUDA build and
+  its fast strategy gives no heading depth either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import ParseError
+
+SUPPORTED = {
+    ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
+    ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
+}
+TEXT_TYPES = {"md", "txt", "html", "csv"}
+
+
+@dataclass
+class Block:
+    kind: str  # title | text | list | table | code
+    text: str
+    section: list[str] = field(default_factory=list)
+    page: int | None = None
+    depth: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Block":
+        return cls(**data)
+
+
+@dataclass
+class ParsedDocument:
+    doc_id: str
+    filetype: str
+    title: str
+    blocks: list[Block]
+    sha256: str
+    size: int
+    mtime: float | None = None
+    path: str = ""
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _use_blank_spacy() -> str:
+    """Make unstructured's text classifier work offline; returns which pipeline is used."""
+    from ._env import setup_offline_env
+
+    setup_offline_env()
+    import spacy
+
+    try:
+        spacy.load("en_core_web_sm")
+        return "en_core_web_sm"
+    except OSError:
+        pass
+    import unstructured.nlp.tokenize as tok
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    tok._get_nlp = lru_cache(maxsize=1)(lambda: nlp)
+    return "blank"
+
+
+def decode_text(data: bytes, name: str, encoding: str | None = None) -> str:
+    if encoding:
+        try:
+            return data.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as exc:
+            raise ParseError(f"cannot decode as {encoding}: {exc}") from exc
+    if b"\x00" in data[:8192]:
+        raise ParseError("binary content (NUL bytes) in a text file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data).best()
+    if best is None or best.encoding is None:
+        raise ParseError("not valid UTF-8 and no encoding detected: re-save as UTF-8 or pass --encoding")
+    return str(best)
+
+
+def _table_rows(html: str | None, fallback: str) -> str:
+    if not html:
+        return fallback
+    import lxml.html
+
+    try:
+        root = lxml.html.fromstring(html)
+    except Exception:
+        return fallback
+    rows = []
+    for tr in root.iter("tr"):
+        cells = [" ".join(c.text_content().split()) for c in tr if c.tag in ("td", "th")]
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return "\n".join(rows) or fallback
+
+
+_SENTENCE_END = re.compile(r"[.!?,;:。！？，；：]$")
+
+
+def _demote_sentences(text: str) -> bool:
+    return bool(_SENTENCE_END.search(text)) or len(text.split()) > 12
+
+
+def elements_to_blocks(elements, page: int | None = None, headings_from_markup: bool = True) -> list[Block]:
+    """Map unstructured elements to Blocks, tracking the heading stack for section paths."""
+    blocks: list[Block] = []
+    stack: list[str] = []
+    for el in elements:
+        text = (el.text or "").strip()
+        if not text:
+            continue
+        cat = el.category
+        md = el.metadata
+        el_page = getattr(md, "page_number", None) or page
+        if cat == "Title" and not (not headings_from_markup and _demote_sentences(text)):
+            depth = getattr(md, "category_depth", None) or 0
+            stack = stack[:depth] + [" ".join(text.split())]
+            blocks.append(Block("title", text, list(stack), el_page, depth))
+            continue
+        if cat in ("PageBreak", "Image", "PageNumber", "Header", "Footer"):
+            continue
+        if cat == "Table":
+            kind, text = "table", _table_rows(getattr(md, "text_as_html", None), text)
+        elif cat == "CodeSnippet":
+            kind = "code"
+        elif cat == "ListItem":
+            kind = "list"
+        else:
+            kind = "text"
+        blocks.append(Block(kind, text, list(stack), el_page))
+    return blocks
+
+
+def _partition(filetype: str, data: bytes, name: str, encoding: str | None) -> list[Block]:
+    _use_blank_spacy()
+    if filetype == "md":
+        from unstructured.partition.md import partition_md
+
+        return elements_to_blocks(partition_md(text=decode_text(data, name, encoding)))
+    if filetype == "html":
+        from unstructured.partition.html import partition_html
+
+        return elements_to_blocks(partition_html(text=decode_text(data, name, encoding)))
+    if filetype == "txt":
+        from unstructured.partition.text import partition_text
+
+        return elements_to_blocks(partition_text(text=decode_text(data, name, encoding)), headings_from_markup=False)
+    if filetype == "csv":
+        from unstructured.partition.csv import partition_csv
+
+        text = decode_text(data, name, encoding)
+        return elements_to_blocks(partition_csv(file=io.BytesIO(text.encode("utf-8"))))
+    if filetype == "docx":
+        from unstructured.partition.docx import partition_docx
+
+        return elements_to_blocks(partition_docx(file=io.BytesIO(data)))
+    if filetype == "pdf":
+        return _partition_pdf(data)
+    raise ParseError(f"unsupported file type {filetype!r}")
+
+
+def _partition_pdf(data: bytes) -> list[Block]:
+    import pypdfium2 as pdfium
+    from unstructured.partition.text import partition_text
+
+    try:
+        pdf = pdfium.PdfDocument(data)
+    except Exception as exc:
+        raise ParseError(f"not a readable PDF ({exc})") from exc
+    blocks: list[Block] = []
+    try:
+        for number in range(len(pdf)):
+            page = pdf[number]
+            text = page.get_textpage().get_text_range().replace("\r\n", "\n").replace("\r", "\n")
+            page.close()
+            # pdfium gives one line per text line; a blank line separates paragraphs.
+            page_blocks = elements_to_blocks(partition_text(text=text), page=number + 1, headings_from_markup=False)
+            if blocks and page_blocks:
+                # Headings continue across pages.
+                carry = blocks[-1].section
+                for b in page_blocks:
+                    if b.kind != "title" and not b.section:
+                        b.section = list(carry)
+                    elif b.kind == "title":
+                        break
+            blocks.extend(page_blocks)
+    finally:
+        pdf.close()
+    return blocks
+
+
+def title_from(blocks: list[Block], doc_id: str) -> str:
+    for b in blocks:
+        if b.kind == "title" and (b.depth or 0) == 0:
+            return " ".join(b.text.split())
+    stem = Path(doc_id).stem
+    return re.sub(r"[-_]+", " ", stem).strip() or doc_id
+
+
+def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20) -> ParsedDocument:
+    """Parse one file; raises ParseError with a one-line reason on anything unusable."""
+    filetype = SUPPORTED.get(path.suffix.lower())
+    if filetype is None:
+        raise ParseError(f"unsupported file type {path.suffix!r}")
+    stat = path.stat()
+    if stat.st_size > max_bytes:
+        raise ParseError(f"{stat.st_size} bytes is larger than --max-file-size {max_bytes}")
+    data = path.read_bytes()
+    if not data.strip():
+        raise ParseError("empty file")
+    try:
+        blocks = _partition(filetype, data, doc_id, encoding)
+    except ParseError:
+        raise
+    except Exception as exc:  # unstructured and friends raise anything on corrupt input
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ParseError(f"could not parse as {filetype}: {msg}") from exc
+    if not any(b.kind != "title" for b in blocks) and not blocks:
+        raise ParseError("no text found")
+    if not blocks:
+        raise ParseError("no text found")
+    return ParsedDocument(
+        doc_id=doc_id, filetype=filetype, title=title_from(blocks, doc_id), blocks=blocks,
+        sha256=sha256_bytes(data), size=stat.st_size, mtime=stat.st_mtime, path=str(path),
+    )
+
+
+def beir_document(doc_id: str, title: str, text: str, line_hash: str) -> ParsedDocument:
+    blocks = []
+    title = " ".join((title or "").split())
+    if title:
+        blocks.append(Block("title", title, [title], None, 0))
+    if text and text.strip():
+        blocks.append(Block("text", text.strip(), [title] if title else [], None))
+    return ParsedDocument(
+        doc_id=doc_id, filetype="beir", title=title or doc_id, blocks=blocks, sha256=line_hash,
+        size=len(text or ""),
+    )

@@ -1,0 +1,507 @@
+"""The store: one directory holding the manifest, the catalog, the Chroma index and the BM25 index.
+
+Every write goes through ``Store``: documents and chunks into the catalog (the source of truth),
+then ``sync_indexes`` makes Chroma and BM25 hold exactly the catalog's chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from . import __version__
+from .analyzer import Analyzer, AnalyzerConfig
+from .catalog import connect, migrate
+from .chunk import ChunkParams, chunk_blocks
+from .errors import ModelMismatchError, StoreError
+from .parse import Block, ParsedDocument
+
+FORMAT_VERSION = 1
+DEFAULT_STORE = ".kb"
+COLLECTION = "chunks"
+# Chroma's HNSW defaults (ef_search 10) lose recall badly; bench/ann_recall.py measures these.
+HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 128, "max_neighbors": 32}
+BM25_PARAMS = {"method": "robertson", "k1": 1.2, "b": 0.75}
+RESERVED_META = {"doc_id", "filetype", "dir", "page", "index_hash"}
+_CHROMA_BATCH = 5000
+
+Progress = Callable[[int], None]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def default_store_path() -> Path:
+    return Path(os.environ.get("KBTOOL_STORE") or DEFAULT_STORE)
+
+
+@dataclass
+class IndexReport:
+    chunks: int = 0
+    embedded: int = 0
+    from_cache: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    bm25_rebuilt: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Store:
+    """Open with ``Store.open(path)``; ``create=True`` makes a new store if none is there."""
+
+    def __init__(self, path: Path, manifest: dict):
+        self.path = path
+        self.manifest = manifest
+        self.db = connect(path / "catalog.sqlite3")
+        migrate(self.db)
+        self._collection = None
+        self._bm25 = None
+
+    # ---- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path | None = None, *, create: bool = False, model: str | None = None) -> "Store":
+        path = Path(path) if path else default_store_path()
+        manifest_file = path / "manifest.json"
+        if not manifest_file.exists():
+            if not create:
+                raise StoreError(f"no kbtool store at {path}: run `kbtool ingest <folder>` first, or pass --store")
+            if path.exists() and any(path.iterdir()):
+                raise StoreError(f"{path} exists and is not a kbtool store: choose another --store")
+            from .embed import DEFAULT_MODEL
+
+            path.mkdir(parents=True, exist_ok=True)
+            manifest = {
+                "format_version": FORMAT_VERSION,
+                "kbtool_version": __version__,
+                "created_at": now_iso(),
+                "embedding": {"model": _model_id(model or DEFAULT_MODEL), "dim": None, "max_tokens": None},
+                "chunking": None,
+                "analyzer": AnalyzerConfig().to_dict(),
+                "bm25": dict(BM25_PARAMS),
+                "hnsw": dict(HNSW),
+                "indexed_generation": -1,
+                "last_ingest": None,
+            }
+            _write_json(manifest_file, manifest)
+        else:
+            try:
+                manifest = json.loads(manifest_file.read_text())
+            except (OSError, ValueError) as exc:
+                raise StoreError(f"{manifest_file} is unreadable ({exc}): the store is damaged") from exc
+        version = manifest.get("format_version")
+        if version != FORMAT_VERSION:
+            newer = isinstance(version, int) and version > FORMAT_VERSION
+            raise StoreError(
+                f"store {path} has format {version}, this kbtool reads format {FORMAT_VERSION}: "
+                + ("upgrade kbtool" if newer else "re-ingest into a new --store")
+            )
+        return cls(path, manifest)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def save_manifest(self) -> None:
+        self.manifest["kbtool_version"] = __version__
+        _write_json(self.path / "manifest.json", self.manifest)
+
+    # ---- model ---------------------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.manifest["embedding"]["model"]
+
+    def check_model(self, model: str | None) -> None:
+        if model is None:
+            return
+        asked = _model_id(model)
+        if asked != self.model_id:
+            raise ModelMismatchError(
+                f"store {self.path} was built with embedding model {self.model_id!r}, not {asked!r}: "
+                f"query without --model, or rebuild its vectors with `kbtool index --model {model} --rebuild`"
+            )
+
+    @property
+    def analyzer(self) -> Analyzer:
+        return Analyzer(AnalyzerConfig.from_dict(self.manifest["analyzer"]))
+
+    # ---- state ---------------------------------------------------------------------------
+    def generation(self) -> int:
+        return int(self.db.execute("SELECT value FROM state WHERE key='generation'").fetchone()[0])
+
+    def _bump(self) -> None:
+        self.db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
+
+    def is_indexed(self) -> bool:
+        return self.manifest.get("indexed_generation") == self.generation()
+
+    def require_indexed(self) -> None:
+        if not self.is_indexed():
+            raise StoreError(f"the indexes of {self.path} are behind its catalog: run `kbtool index`")
+
+    # ---- documents -----------------------------------------------------------------------
+    def document_hashes(self) -> dict[str, tuple[str, str, str]]:
+        """doc_id -> (sha256, root, metadata json)."""
+        rows = self.db.execute("SELECT doc_id, sha256, root, metadata FROM documents")
+        return {r["doc_id"]: (r["sha256"], r["root"], r["metadata"]) for r in rows}
+
+    def put_document(self, doc: ParsedDocument, root: str, metadata: dict | None = None) -> None:
+        """Insert or replace a parsed document; its old chunks go and it awaits chunking."""
+        meta = json.dumps(metadata or {}, sort_keys=True)
+        blocks = json.dumps([b.to_dict() for b in doc.blocks], ensure_ascii=False)
+        with self._tx():
+            had_chunks = self.db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,)).rowcount
+            self.db.execute(
+                "INSERT OR REPLACE INTO documents (doc_id, root, path, sha256, size, mtime, filetype, title,"
+                " metadata, text, blocks, ingested_at, chunked_with) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                (doc.doc_id, root, doc.path, doc.sha256, doc.size, doc.mtime, doc.filetype, doc.title,
+                 meta, doc.text, blocks, now_iso()),
+            )
+            if had_chunks:
+                self._bump()
+
+    def remove_documents(self, doc_ids: Iterable[str]) -> int:
+        removed = 0
+        with self._tx():
+            for doc_id in doc_ids:
+                removed += self.db.execute("DELETE FROM documents WHERE doc_id=?", (doc_id,)).rowcount
+            if removed:
+                self._bump()
+        return removed
+
+    def documents_to_chunk(self, params: ChunkParams, doc_ids: Iterable[str] | None = None) -> list[str]:
+        key = json.dumps(params.to_dict(), sort_keys=True)
+        rows = self.db.execute(
+            "SELECT doc_id FROM documents WHERE chunked_with IS NULL OR chunked_with != ? ORDER BY doc_id", (key,)
+        )
+        todo = [r[0] for r in rows]
+        if doc_ids is not None:
+            wanted = set(doc_ids)
+            todo = [d for d in todo if d in wanted]
+        return todo
+
+    def chunk_documents(self, doc_ids: list[str], params: ChunkParams, count: Callable[[str], int],
+                        progress: Progress | None = None) -> int:
+        """(Re)chunk documents from their stored blocks; no file is parsed again."""
+        key = json.dumps(params.to_dict(), sort_keys=True)
+        total = 0
+        for doc_id in doc_ids:
+            row = self.db.execute(
+                "SELECT title, blocks, filetype, metadata FROM documents WHERE doc_id=?", (doc_id,)
+            ).fetchone()
+            if row is None:
+                continue
+            blocks = [Block.from_dict(b) for b in json.loads(row["blocks"])]
+            drafts = chunk_blocks(row["title"], blocks, params, count)
+            base = {"doc_id": doc_id, "filetype": row["filetype"], "dir": os.path.dirname(doc_id)}
+            user = {k: str(v) for k, v in json.loads(row["metadata"]).items()}
+            with self._tx():
+                self.db.execute("DELETE FROM chunks WHERE doc_id=?", (doc_id,))
+                self.db.executemany(
+                    "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, prefix, section_path, page,"
+                    " char_start, char_end, n_tokens, content_hash, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (f"{doc_id}#{d.ordinal}", doc_id, d.ordinal, d.text, d.prefix, d.section_path, d.page,
+                         d.char_start, d.char_end, d.n_tokens, d.content_hash,
+                         json.dumps({**user, **base, **({"page": str(d.page)} if d.page else {})}, sort_keys=True))
+                        for d in drafts
+                    ],
+                )
+                self.db.execute("UPDATE documents SET chunked_with=? WHERE doc_id=?", (key, doc_id))
+                self._bump()
+            total += len(drafts)
+            if progress:
+                progress(1)
+        self.manifest["chunking"] = params.to_dict()
+        self.save_manifest()
+        return total
+
+    # ---- indexes -------------------------------------------------------------------------
+    def collection(self):
+        if self._collection is None:
+            from ._env import setup_offline_env
+
+            setup_offline_env()
+            import chromadb
+            from chromadb.config import Settings
+
+            client = chromadb.PersistentClient(
+                path=str(self.path / "chroma"), settings=Settings(anonymized_telemetry=False)
+            )
+            # embedding_function=None: Chroma's default one downloads a model.
+            self._collection = client.get_or_create_collection(
+                COLLECTION, configuration={"hnsw": dict(self.manifest["hnsw"])}, embedding_function=None
+            )
+        return self._collection
+
+    def bm25(self) -> "BM25Index":
+        if self._bm25 is None:
+            self._bm25 = BM25Index.load(self.path / "bm25")
+        return self._bm25
+
+    def sync_indexes(self, embedder, progress: Callable[[str, int, int], None] | None = None,
+                     rebuild: bool = False) -> IndexReport:
+        """Make Chroma and BM25 hold exactly the catalog's chunks, embedding only what is new.
+
+        ``progress(stage, advance, total)`` is called as vectors are computed.
+        """
+        if rebuild:
+            self.manifest["embedding"] = {"model": embedder.model_id, "dim": None, "max_tokens": None}
+            self._drop_collection()
+        self.check_model(embedder.model_id)
+        report = IndexReport()
+        generation = self.generation()
+        rows = self.db.execute(
+            "SELECT chunk_id, content_hash, prefix, text, meta FROM chunks ORDER BY doc_id, ordinal"
+        ).fetchall()
+        report.chunks = len(rows)
+        col = self.collection()
+        existing = self._indexed_hashes(col)
+        wanted = {r["chunk_id"]: _index_hash(r["content_hash"], r["meta"]) for r in rows}
+        to_delete = [cid for cid in existing if cid not in wanted]
+        todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
+
+        vectors = self._cached_vectors(embedder.model_id, {r["content_hash"] for r in todo})
+        report.from_cache = sum(1 for r in todo if r["content_hash"] in vectors)
+        missing = {}
+        for r in todo:
+            if r["content_hash"] not in vectors:
+                missing.setdefault(r["content_hash"], _embed_text(r["prefix"], r["text"]))
+        if missing:
+            hashes = list(missing)
+            total = len(hashes)
+            cb = (lambda n: progress("embedding", n, total)) if progress else None
+            fresh = embedder.embed([missing[h] for h in hashes], progress=cb)
+            with self._tx():
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO embeddings (model, content_hash, vector) VALUES (?,?,?)",
+                    [(embedder.model_id, h, fresh[i].astype(np.float32).tobytes()) for i, h in enumerate(hashes)],
+                )
+            vectors.update({h: fresh[i] for i, h in enumerate(hashes)})
+            report.embedded = len(hashes)
+
+        for start in range(0, len(to_delete), _CHROMA_BATCH):
+            col.delete(ids=to_delete[start : start + _CHROMA_BATCH])
+        report.deleted = len(to_delete)
+        for start in range(0, len(todo), _CHROMA_BATCH):
+            batch = todo[start : start + _CHROMA_BATCH]
+            col.upsert(
+                ids=[r["chunk_id"] for r in batch],
+                embeddings=np.stack([vectors[r["content_hash"]] for r in batch]).astype(np.float32),
+                metadatas=[{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in batch],
+            )
+        report.upserted = len(todo)
+
+        bm25_dir = self.path / "bm25"
+        if rebuild or todo or to_delete or not BM25Index.exists(bm25_dir):
+            BM25Index.build(
+                bm25_dir, [r["chunk_id"] for r in rows],
+                [self.analyzer(_embed_text(r["prefix"], r["text"])) for r in rows], self.manifest["bm25"],
+            )
+            self._bm25 = None
+            report.bm25_rebuilt = True
+
+        emb = self.manifest["embedding"]
+        emb["model"] = embedder.model_id
+        if vectors:
+            emb["dim"] = int(next(iter(vectors.values())).shape[0])
+        emb["max_tokens"] = embedder.max_tokens
+        self.manifest["indexed_generation"] = generation
+        self.save_manifest()
+        return report
+
+    def _drop_collection(self) -> None:
+        col = self.collection()
+        col._client.delete_collection(COLLECTION)  # noqa: SLF001 - the client the collection came from
+        self._collection = None
+
+    def _indexed_hashes(self, col) -> dict[str, str]:
+        out: dict[str, str] = {}
+        offset = 0
+        while True:
+            got = col.get(include=["metadatas"], limit=_CHROMA_BATCH, offset=offset)
+            for cid, meta in zip(got["ids"], got["metadatas"]):
+                out[cid] = (meta or {}).get("index_hash", "")
+            if len(got["ids"]) < _CHROMA_BATCH:
+                return out
+            offset += _CHROMA_BATCH
+
+    def _cached_vectors(self, model: str, hashes: set[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        items = list(hashes)
+        for start in range(0, len(items), 500):
+            part = items[start : start + 500]
+            q = f"SELECT content_hash, vector FROM embeddings WHERE model=? AND content_hash IN ({','.join('?' * len(part))})"
+            for row in self.db.execute(q, [model, *part]):
+                out[row[0]] = np.frombuffer(row[1], dtype=np.float32)
+        return out
+
+    # ---- reads ---------------------------------------------------------------------------
+    def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
+        out = {}
+        for start in range(0, len(chunk_ids), 500):
+            part = chunk_ids[start : start + 500]
+            q = (
+                "SELECT c.*, d.title, d.path, d.filetype FROM chunks c JOIN documents d USING (doc_id)"
+                f" WHERE c.chunk_id IN ({','.join('?' * len(part))})"
+            )
+            for row in self.db.execute(q, part):
+                out[row["chunk_id"]] = dict(row)
+        return out
+
+    def chunk_ids_matching(self, filters: dict[str, str]) -> set[str]:
+        clauses = " AND ".join("json_extract(meta, ?) = ?" for _ in filters)
+        params: list[str] = []
+        for key, value in filters.items():
+            params += [f'$."{key}"', value]
+        return {r[0] for r in self.db.execute(f"SELECT chunk_id FROM chunks WHERE {clauses}", params)}
+
+    def metadata_keys(self) -> set[str]:
+        keys = set(RESERVED_META - {"index_hash"})
+        for row in self.db.execute("SELECT DISTINCT metadata FROM documents"):
+            keys.update(json.loads(row[0]))
+        return keys
+
+    def status(self) -> dict:
+        docs = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size),0) FROM documents").fetchone()
+        by_type = {r[0]: r[1] for r in self.db.execute(
+            "SELECT filetype, COUNT(*) FROM documents GROUP BY filetype ORDER BY filetype")}
+        chunks = self.db.execute("SELECT COUNT(*), COALESCE(AVG(n_tokens),0), COALESCE(MAX(n_tokens),0) FROM chunks").fetchone()
+        max_tokens = self.manifest["embedding"].get("max_tokens") or 256
+        over = self.db.execute("SELECT COUNT(*) FROM chunks WHERE n_tokens > ?", (max_tokens,)).fetchone()[0]
+        unchunked = self.db.execute("SELECT COUNT(*) FROM documents WHERE chunked_with IS NULL").fetchone()[0]
+        return {
+            "store": str(self.path),
+            "format_version": self.manifest["format_version"],
+            "kbtool_version": self.manifest["kbtool_version"],
+            "documents": docs[0],
+            "documents_by_type": by_type,
+            "source_bytes": docs[1],
+            "chunks": chunks[0],
+            "chunk_tokens_avg": round(chunks[1], 1),
+            "chunk_tokens_max": chunks[2],
+            "chunks_over_model_limit": over,
+            "documents_not_chunked": unchunked,
+            "embedding": self.manifest["embedding"],
+            "chunking": self.manifest["chunking"],
+            "bm25": self.manifest["bm25"],
+            "indexes_current": self.is_indexed(),
+            "last_ingest": self.manifest.get("last_ingest"),
+            "disk_bytes": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
+        }
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _tx(self):
+        return _Transaction(self.db)
+
+
+class _Transaction:
+    def __init__(self, db):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb):
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+class BM25Index:
+    """bm25s arrays on disk plus the chunk id of each row. Scores equal rank_bm25's BM25Okapi
+    (epsilon=0) divided by (k1 + 1): tests/test_bm25.py holds rank_bm25 as the reference."""
+
+    def __init__(self, retriever, chunk_ids: list[str]):
+        self.retriever = retriever
+        self.chunk_ids = chunk_ids
+        self.row_of = {cid: i for i, cid in enumerate(chunk_ids)}
+
+    @staticmethod
+    def exists(path: Path) -> bool:
+        return (path / "chunk_ids.json").exists()
+
+    @classmethod
+    def build(cls, path: Path, chunk_ids: list[str], tokens: list[list[str]], params: dict) -> None:
+        import bm25s
+
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        if chunk_ids:
+            retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
+            retriever.index(tokens, show_progress=False)
+            retriever.save(str(tmp), show_progress=False)
+        (tmp / "chunk_ids.json").write_text(json.dumps(chunk_ids))
+        # Replace, never delete first: a crash leaves either the old or the new index in place.
+        old = path.with_name(path.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    @classmethod
+    def load(cls, path: Path) -> "BM25Index":
+        if not cls.exists(path):
+            raise StoreError(f"no BM25 index in {path.parent}: run `kbtool index`")
+        chunk_ids = json.loads((path / "chunk_ids.json").read_text())
+        retriever = None
+        if chunk_ids:
+            import bm25s
+
+            retriever = bm25s.BM25.load(str(path), mmap=True, show_progress=False)
+        return cls(retriever, chunk_ids)
+
+    def search(self, tokens: list[str], k: int, allowed: set[str] | None = None) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) with score > 0, ties broken by chunk id."""
+        if self.retriever is None:
+            return []
+        vocab = self.retriever.vocab_dict
+        ids = [vocab[t] for t in tokens if t in vocab]
+        if not ids:
+            return []
+        scores = np.asarray(self.retriever.get_scores(ids), dtype=np.float64)
+        if allowed is not None:
+            mask = np.zeros(len(scores), dtype=bool)
+            rows = [self.row_of[c] for c in allowed if c in self.row_of]
+            mask[rows] = True
+            scores = np.where(mask, scores, 0.0)
+        candidates = np.flatnonzero(scores > 0)
+        if len(candidates) > k:
+            candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
+            # keep every candidate tied with the k-th score so tie-breaking by id is exact
+            kth = scores[candidates].min()
+            candidates = np.flatnonzero(scores >= kth)
+        ranked = sorted(((self.chunk_ids[i], float(scores[i])) for i in candidates), key=lambda x: (-x[1], x[0]))
+        return ranked[:k]
+
+
+def _embed_text(prefix: str, text: str) -> str:
+    return f"{prefix}\n\n{text}" if prefix else text
+
+
+def _index_hash(content_hash: str, meta: str) -> str:
+    import hashlib
+
+    return hashlib.sha256((content_hash + meta).encode()).hexdigest()[:32]
+
+
+def _model_id(model: str) -> str:
+    from .embed import _BUNDLED_ALIASES, DEFAULT_MODEL
+
+    return DEFAULT_MODEL if model in _BUNDLED_ALIASES else model
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
