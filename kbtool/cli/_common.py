@@ -1,0 +1,89 @@
+"""Shared CLI plumbing: options, error translation, progress and consoles."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from ..errors import KbtoolError
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+# Exit codes (documented in the README).
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+StoreOpt = Annotated[
+    Optional[Path],
+    typer.Option("--store", envvar="KBTOOL_STORE", help="Store directory [default: ./.kb; env KBTOOL_STORE]."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as JSON on stdout.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or chatter on stderr.")]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", help="Embedding model: a sentence-transformers name or local path [default: the store's, or all-MiniLM-L6-v2]."),
+]
+
+
+def handle_errors(fn):
+    """Expected failures become one line on stderr and an exit code, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KbtoolError as exc:
+            err.print(f"[bold red]Error:[/] {exc}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("Interrupted.")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def open_store(path: Optional[Path], create: bool = False, model: Optional[str] = None):
+    from ..store import Store
+
+    return Store.open(path, create=create, model=model)
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+@contextmanager
+def progress_bars(quiet: bool):
+    """Yields a progress(stage, advance, total) callback drawing Rich bars on stderr, or None."""
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    tasks: dict[str, int] = {}
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=False) as bars:
+
+        def update(stage: str, advance: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(stage, total=total)
+            bars.update(tasks[stage], advance=advance, total=total)
+
+        yield update
+
+
+def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
+    out_: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r}: write key=value", param_hint=option)
+        out_[key.strip()] = value.strip()
+    return out_

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import app
+from ._common import JsonOpt, QuietOpt, StoreOpt, handle_errors, open_store, out, print_json, progress_bars
+
+
+@app.command()
+@handle_errors
+def chunk(
+    size: Annotated[int, typer.Option("--size", help="Max tokens per chunk, prefix included (0 = the embedding model's limit).")] = 0,
+    overlap: Annotated[int, typer.Option("--overlap", help="Tokens of overlap when a long passage is split.")] = 32,
+    hard_max: Annotated[int, typer.Option("--hard-max", help="Tables and code blocks up to this many tokens stay whole (0 = 2 x size).")] = 0,
+    prefix: Annotated[bool, typer.Option("--prefix/--no-prefix", help="Prefix title and section path to the indexed text.")] = True,
+    all_: Annotated[bool, typer.Option("--all", help="Re-chunk every document even if its parameters are unchanged.")] = False,
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Re-chunk stored documents (no re-parsing). Run `kbtool index` afterwards."""
+    from ..chunk import ChunkParams
+    from ..pipeline import chunk as run_chunk
+
+    kb = open_store(store)
+    with progress_bars(quiet) as progress:
+        n = run_chunk(kb, ChunkParams(size, overlap, hard_max, prefix), all_documents=all_, progress=progress)
+    result = {"chunks_written": n, "chunking": kb.manifest["chunking"], "indexes_current": kb.is_indexed()}
+    if json_:
+        print_json(result)
+    else:
+        out.print(f"{n} chunks written with {kb.manifest['chunking']}", highlight=False)
+        if not kb.is_indexed():
+            out.print("indexes are behind the catalog: run `kbtool index`")

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from . import app
+from ._common import (JsonOpt, ModelOpt, QuietOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs,
+                      print_json, progress_bars)
+
+
+@app.command()
+@handle_errors
+def ingest(
+    paths: Annotated[List[Path], typer.Argument(help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store).")],
+    include: Annotated[Optional[List[str]], typer.Option("--include", "-i", help="Only files matching this glob (repeatable), e.g. '*.md'.")] = None,
+    exclude: Annotated[Optional[List[str]], typer.Option("--exclude", "-x", help="Skip files matching this glob (repeatable).")] = None,
+    format: Annotated[str, typer.Option("--format", help="auto (by extension) or beir (a BEIR folder's corpus.jsonl).")] = "auto",
+    meta: Annotated[Optional[List[str]], typer.Option("--meta", help="key=value metadata for every document of this run (repeatable); filterable in query.")] = None,
+    parse_only: Annotated[bool, typer.Option("--parse-only", help="Stop after parsing: do not chunk or index.")] = False,
+    keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
+    encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
+    max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = 50.0,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
+    model: ModelOpt = None,
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Parse documents into the store, then chunk and index what is new or changed.
+
+    Unchanged files (same sha256) are skipped; changed files are re-parsed; files gone from an
+    ingested folder are removed from the catalog, Chroma and BM25.
+    """
+    from ..pipeline import IngestOptions
+    from ..pipeline import ingest as run_ingest
+
+    for p in paths:
+        if not p.exists():
+            raise typer.BadParameter(f"{p}: no such file or folder", param_hint="PATHS")
+    if format not in ("auto", "beir"):
+        raise typer.BadParameter(f"{format!r}: use auto or beir", param_hint="--format")
+    options = IngestOptions(
+        include=include or [], exclude=exclude or [], format=format, metadata=parse_pairs(meta, "--meta"),
+        parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,
+        max_file_size=int(max_file_size * 2**20),
+    )
+    kb = open_store(store, create=True, model=model)
+    kb.check_model(model)
+    embedder = None
+    if model:
+        from ..embed import load_embedder
+
+        embedder = load_embedder(model)
+    with progress_bars(quiet) as progress:
+        report = run_ingest(kb, paths, options, embedder=embedder, progress=progress)
+    if json_:
+        print_json(report.to_dict())
+    else:
+        _render(report, kb.path, quiet)
+    if strict and report.failed:
+        raise typer.Exit(1)
+
+
+def _render(report, store_path, quiet: bool) -> None:
+    c = report.to_dict()["counts"]
+    line = (f"[bold]{store_path}[/]: {c['added']} added, {c['updated']} updated, {c['unchanged']} unchanged, "
+            f"{c['removed']} removed, {c['failed']} failed")
+    if c["skipped"]:
+        line += f", {c['skipped']} skipped"
+    out.print(line, highlight=False)
+    if report.index:
+        i = report.index
+        out.print(f"index: {i.chunks} chunks, {i.embedded} embedded, {i.from_cache} from cache, "
+                  f"{i.upserted} written, {i.deleted} deleted", highlight=False)
+    for f in report.failed:
+        err.print(f"[red]failed[/] {f['doc_id']}: {f['reason']}", highlight=False)
+    if not quiet:
+        for s in report.skipped:
+            err.print(f"[dim]skipped {s['path']}: {s['reason']}[/]", highlight=False)

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from typing import Annotated, List, Optional
+
+import typer
+
+from . import app
+from ._common import JsonOpt, ModelOpt, StoreOpt, err, handle_errors, open_store, out, print_json
+
+
+@app.command()
+@handle_errors
+def query(
+    text: Annotated[str, typer.Argument(help="The question or keywords.")],
+    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid (RRF of dense and BM25), dense or bm25.")] = "hybrid",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Number of results.")] = 5,
+    filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value on chunk metadata (doc_id, filetype, dir, page, or --meta keys), repeatable; applied inside both retrievers.")] = None,
+    model: ModelOpt = None,
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+):
+    """Search the store."""
+    from ..retrieve import MODES, Retriever, parse_filters
+
+    if mode not in MODES:
+        raise typer.BadParameter(f"{mode!r}: choose one of {', '.join(MODES)}", param_hint="--mode")
+    if not text.strip():
+        raise typer.BadParameter("the query is empty", param_hint="TEXT")
+    kb = open_store(store)
+    kb.check_model(model)
+    hits = Retriever(kb).search(text, mode=mode, top_k=top_k, filters=parse_filters(filter_))
+    if json_:
+        print_json({"query": text, "mode": mode, "top_k": top_k, "hits": [h.to_dict() for h in hits]})
+        return
+    if not hits:
+        err.print(f"No results for {text!r} in {mode} mode.", highlight=False)
+        return
+    from rich.table import Table
+
+    table = Table(show_lines=False, title=f"{mode}: {text}", title_justify="left")
+    for col in ("#", "score", "source", "section", "page", "snippet"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("#",))
+    for h in hits:
+        snippet = " ".join(h.text.split())
+        table.add_row(str(h.rank), f"{h.score:.4f}", h.doc_id, h.section_path or "-", str(h.page or "-"),
+                      snippet[:160] + ("…" if len(snippet) > 160 else ""))
+    out.print(table)

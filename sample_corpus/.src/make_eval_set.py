@@ -1,0 +1,313 @@
+"""Write eval_sets/sample.jsonl and check every evidence fragment against the corpus.
+
+Run:  python sample_corpus/.src/make_eval_set.py
+Checks: each `doc` exists; each evidence is found verbatim in the visible text of the doc
+(Markdown syntax stripped, HTML tags stripped, DOCX paragraphs/cells, PDF per extracted line,
+TXT/CSV per line); prints tag counts.
+"""
+import html, json, re, sys
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent
+OUT = CORPUS.parent / "eval_sets" / "sample.jsonl"
+
+TS, INS, AG, API, DOCX, CSV, ORD, PDF, ESC, ZH, PERM, RES = (
+    "manual/troubleshooting.md", "manual/install.md", "manual/agent-behaviour.md",
+    "api/reference.html", "policies/refund-policy.docx", "billing/plans.csv",
+    "billing/orders.md", "release-notes.pdf", "support/escalation.txt", "zh/faq.md",
+    "security/permissions.md", "policies/data-residency.md")
+
+
+def R(doc, evidence, grade=2):
+    return {"doc": doc, "evidence": evidence, "grade": grade}
+
+
+Q = [
+    # ---------------- exact identifiers ----------------
+    ("What causes error TW-E5120 and how do I fix it?",
+     [R(TS, "the self-hosted server cannot read from or write to its block storage")], ["exact-id"]),
+    ("How do I fix error TW-E1042?",
+     [R(TS, "click Sign in again in the status window"),
+      R(API, "Using an expired token returns HTTP 401 with error code TW-E1042.", 1)], ["exact-id", "multi-doc"]),
+    ("What does error code TW-E3310 mean?",
+     [R(TS, "such as a trailing dot or a colon")], ["exact-id", "table"]),
+    ("What is the status of order TWS-2025-000219?",
+     [R(ORD, "Order TWS-2025-000219 is waiting for a bank transfer.")], ["exact-id"]),
+    ("What does GET /v2/sync-jobs/{job_id} return?",
+     [R(API, "Returns the state of a server-side job.")], ["exact-id"]),
+    ("What is the default value of sync.timeout_ms?",
+     [R(INS, "How long a single request to the server may take")], ["exact-id", "table"]),
+    ("What does tw_client.rotate_token() do?",
+     [R(API, "replaces the token held by the session"),
+      R(PDF, "tw_client.refresh() is deprecated; use tw_client.rotate_token() instead.", 1)], ["exact-id"]),
+    ("In which release was API v1 removed?",
+     [R(PDF, "API v1 was removed in 3.4.0"),
+      R(API, "Version 1 of the API is no longer available.", 1)], ["exact-id", "multi-doc"]),
+    ("What was fixed in release 3.4.1?",
+     [R(PDF, "A false TW-E2203 error after waking from sleep on macOS 12.")], ["exact-id"]),
+    ("What is security advisory TW-SA-2024-07 about?",
+     [R(PDF, "revoked share links could stay cached for up to 1 hour")], ["exact-id"]),
+    ("How is the X-TW-Signature header computed for webhooks?",
+     [R(API, "Each delivery is signed with HMAC-SHA256"),
+      R(PDF, "Webhook deliveries are signed with HMAC-SHA256 in the X-TW-Signature header.", 1)],
+     ["exact-id", "multi-doc"]),
+    ("What do the parts of an invoice number like INV-2024-11-0932 mean?",
+     [R(ORD, "prefix, year, month, sequence within the month")], ["exact-id"]),
+    ("What does bandwidth.upload_kbps = 0 mean?",
+     [R(INS, "Upload ceiling in kilobits per second; 0 means unlimited"),
+      R(AG, "The agent then never exceeds the ceiling you set", 1)], ["exact-id", "table", "multi-doc"]),
+    ("What does TW-E7001 mean?",
+     [R(TS, "The file is larger than the server upload limit"),
+      R(API, "The upload exceeds the server upload limit", 1)], ["exact-id", "table"]),
+    ("How do I recover from TW-E2203, local index corrupted?",
+     [R(TS, "quit the agent and rebuild the index")], ["exact-id", "code"]),
+    ("What is the default of sync.keepalive_s?",
+     [R(INS, "Keep-alive window in seconds; see the agent behaviour guide"),
+      R(AG, "The window is 90 seconds unless sync.keepalive_s says otherwise.")],
+     ["exact-id", "table", "multi-doc"]),
+    ("When does release 3.4 reach end of support?",
+     [R(PDF, "Release 3.4 reaches end of support on 2025-10-21.")], ["exact-id"]),
+    ("Can a self-hosted server be upgraded directly from 3.1 to 3.5.0?",
+     [R(PDF, "Servers older than 3.2.0 must first be upgraded to 3.2.0")], ["exact-id"]),
+    ("What does the TWC prefix on an order number mean?",
+     [R(ORD, "Orders placed through the partner in Mainland China use the prefix"),
+      R(DOCX, "their order numbers start with TWC", 1)], ["exact-id", "multi-doc"]),
+    ("How do I revoke a share link with DELETE /v2/shares/{share_id}?",
+     [R(API, "Revokes a share link immediately."),
+      R(PDF, "New endpoint DELETE /v2/shares/{share_id} revokes a share link.", 1)], ["exact-id"]),
+    ("What does order status partially_refunded mean?",
+     [R(ORD, "Part of the amount was returned, for example for unused seats.")], ["exact-id", "table"]),
+    ("What was the default of sync.chunk_size_kb before release 3.3.0?",
+     [R(PDF, "The default of sync.chunk_size_kb was raised from 1024 to 4096.")], ["exact-id", "temporal"]),
+    # ---------------- code blocks ----------------
+    ("What command creates a support bundle with the logs?",
+     [R(TS, "To create a support bundle containing the logs")], ["code"]),
+    ("How do I install the desktop agent on Ubuntu with apt?",
+     [R(INS, "sudo apt update && sudo apt install tidewater-agent")], ["code"]),
+    ("Which port does the self-hosted server container listen on?",
+     [R(INS, "docker run -d --name tidewater-server")], ["code"]),
+    ("Show an example agent.yaml for an office network that uses an NTLM proxy.",
+     [R(INS, "for an office network behind a proxy looks like this")], ["code"]),
+    ("How do I install the agent silently on managed Windows machines?",
+     [R(INS, "pass the workspace and disable the wizard")], ["code"]),
+    ("How do I wait for a server-side move job to finish with the Python client?",
+     [R(API, "every 2 seconds until the job succeeds or fails")], ["code"]),
+    ("What goes into server.yaml to store file blocks in an S3 bucket?",
+     [R(INS, "names the database, the block storage and the public address")], ["code"]),
+    ("How can I test the block storage of a self-hosted server from the command line?",
+     [R(TS, "writes, reads and deletes a 1 MB test object")], ["code"]),
+    ("What does a paginated API response look like?",
+     [R(API, "Each page includes a next_cursor field.")], ["code"]),
+    # ---------------- tables ----------------
+    ("How much does the Business plan cost per month?",
+     [R(CSV, "Business,59,5000,50,3000,Priority,yes")], ["table"]),
+    ("How many API requests per minute does the Team plan allow?",
+     [R(CSV, "Team,24,1000,10,1200,Standard,no"),
+      R(API, "Limits are counted per workspace, not per token")], ["table", "multi-doc"]),
+    ("Which plans include single sign-on?",
+     [R(CSV, "plan,monthly_price_usd,storage_gb,seats_included,api_requests_per_minute,support_tier,sso"),
+      R(PERM, "Single sign-on is available on the plans marked with SSO", 1)], ["table", "multi-doc"]),
+    ("What is the first response time for a Sev1 ticket on the Premier tier?",
+     [R(ESC, "First response means a reply from a support engineer")], ["table"]),
+    ("Which permission tags does the Editor role have?",
+     [R(PERM, "Regular members who create and change files")], ["table"]),
+    ("Where is the primary data centre for APAC workspaces?",
+     [R(RES, "Customers in Asia-Pacific outside Mainland China")], ["table"]),
+    ("How much storage does the Nonprofit plan include?",
+     [R(CSV, "Nonprofit,12,2000,25,1200,Standard,no")], ["table"]),
+    ("How many concurrent sync jobs can a Business workspace run?",
+     [R(API, "The burst column is the number of requests allowed")], ["table"]),
+    ("What refund window applies in each region now, in summary?",
+     [R(DOCX, "7 days, then unused seats only")], ["table", "temporal"]),
+    # ---------------- paraphrase (no shared content words with the answer) ----------------
+    ("What happens if my laptop drops off the Wi-Fi?",
+     [R(AG, "it switches to offline mode and queues changes locally")], ["paraphrase"]),
+    ("A coworker and I edited the same spreadsheet simultaneously; whose work survives?",
+     [R(AG, "the first upload wins and the second is kept beside it")], ["paraphrase"]),
+    ("Can I stop the app from hogging my internet?",
+     [R(AG, "An upload ceiling and a download ceiling can be set")], ["paraphrase"]),
+    ("If I deselect a directory to free up disk space, do my teammates lose it too?",
+     [R(AG, "are removed from this computer but remain in the cloud")], ["paraphrase"]),
+    ("How can I prevent scratch junk from ever leaving my PC?",
+     [R(AG, "Names matching a pattern in a .twignore file are skipped")], ["paraphrase"]),
+    ("Will running it kill my notebook's charge when I'm away from an outlet?",
+     [R(AG, "On battery power the agent postpones checksum calculation")], ["paraphrase"]),
+    ("I accidentally erased something last week. Is it gone for good?",
+     [R(AG, "Removed items stay in the Recycle area for 30 days")], ["paraphrase"]),
+    ("Is it possible to return a spreadsheet to the way it looked a month ago?",
+     [R(AG, "The server keeps every earlier revision of a file for 90 days")], ["paraphrase"]),
+    ("Nobody from the helpdesk has gotten back to me for ages. How do I push this up the chain?",
+     [R(ESC, "reply to the ticket with the word ESCALATE")], ["paraphrase"]),
+    ("I subscribed while living in Germany three weeks ago. Can I still get reimbursed?",
+     [R(DOCX, "the withdrawal period is 30 days from purchase")], ["paraphrase", "temporal"]),
+    ("How frequently may my integration call your endpoints without being throttled?",
+     [R(API, "Limits are counted per workspace, not per token"),
+      R(CSV, "plan,monthly_price_usd,storage_gb,seats_included,api_requests_per_minute,support_tier,sso", 1)],
+     ["paraphrase", "table", "multi-doc"]),
+    ("Can an external freelancer look at one project directory without us buying another license?",
+     [R(PERM, "Guests do not take up a seat")], ["paraphrase"]),
+    ("Can I temporarily halt uploading during a video call?",
+     [R(AG, "Pausing from the tray icon holds all transfers")], ["paraphrase"]),
+    ("Will it burn through my phone's data allowance when tethering?",
+     [R(AG, "only files smaller than 10 MB are transferred")], ["paraphrase"]),
+    ("Once we shut down our team space, how long until nothing of it remains on your machines?",
+     [R(RES, "every trace of the workspace is gone at most 95 days after closing")], ["paraphrase"]),
+    ("In what city does our stuff physically sit if we're a French firm?",
+     [R(RES, "Frankfurt, Germany")], ["paraphrase", "table"]),
+    # ---------------- multi-document ----------------
+    ("What happens when the workspace runs out of storage, and how can a script check usage?",
+     [R(TS, "the workspace has used all the storage included in its plan"),
+      R(API, "Useful for alerting before uploads are blocked by the storage quota.")], ["multi-doc"]),
+    ("Which support tier comes with the Business plan, and how fast is a Sev1 answered there?",
+     [R(CSV, "Business,59,5000,50,3000,Priority,yes"),
+      R(ESC, "First response means a reply from a support engineer")], ["multi-doc", "table"]),
+    ("How do I fix a certificate error behind a corporate proxy that inspects TLS?",
+     [R(TS, "install the proxy's root certificate in the operating system trust store"),
+      R(INS, "Proxies that inspect TLS traffic must have their root certificate installed"),
+      R(ZH, "很多公司代理会拦截并替换 TLS 证书", 1)], ["multi-doc"]),
+    ("What is the largest file I can upload to a self-hosted server, and what error do I get above it?",
+     [R(INS, "Largest single file the server accepts, in gigabytes"),
+      R(TS, "The file is larger than the server upload limit")], ["multi-doc", "table"]),
+    ("How much does the Team plan cost per year with annual billing?",
+     [R(ORD, "the Team plan costs USD 24.00 per month or USD 240.00 per year"),
+      R(CSV, "Team,24,1000,10,1200,Standard,no", 1)], ["multi-doc", "table"]),
+    ("Was order TWS-2024-011352 refunded under the 14-day or the 30-day EU rule?",
+     [R(ORD, "a company based in Germany, cancelled within the EU refund window"),
+      R(DOCX, "could cancel within 14 days of purchase and receive a full refund")],
+     ["exact-id", "multi-doc", "temporal"]),
+    # ---------------- temporal ----------------
+    ("What is the refund window in the EU for a plan bought today?",
+     [R(DOCX, "the withdrawal period is 30 days from purchase")], ["temporal"]),
+    ("What was the EU refund window before March 2025?",
+     [R(DOCX, "could cancel within 14 days of purchase and receive a full refund")], ["temporal"]),
+    ("Can I get a refund for a US monthly plan bought in August 2024?",
+     [R(DOCX, "Since 2024-07-01, monthly plans are no longer refundable")], ["temporal"]),
+    ("What was the refund window in Asia-Pacific before October 2024?",
+     [R(DOCX, "the refund window in Asia-Pacific was 7 days")], ["temporal"]),
+    # ---------------- Chinese ----------------
+    ("出现同步冲突时，我的修改会丢失吗？",
+     [R(ZH, "另一个版本会被保存为“冲突副本”"),
+      R(AG, "the first upload wins and the second is kept beside it", 1)], ["zh"]),
+    ("在中国大陆购买的套餐多少天内可以退款？",
+     [R(ZH, "自购买之日起 7 天内可申请全额退款"),
+      R(DOCX, "A full refund is available within 7 days of purchase.")], ["zh", "multi-doc"]),
+    ("存储配额已满怎么办？",
+     [R(ZH, "可以删除不需要的文件并清空回收站"),
+      R(TS, "delete files you no longer need and empty the Recycle area", 1)], ["zh"]),
+    ("公司网络下连不上服务器，提示证书错误怎么办？",
+     [R(ZH, "请让网络管理员把代理的根证书安装到操作系统的受信任证书列表中")], ["zh"]),
+    ("客服支持中文吗？",
+     [R(ZH, "工单可以用简体中文提交"),
+      R(ESC, "Tickets are answered in English, German, French, Japanese and Simplified", 1)], ["zh"]),
+    ("文件一直显示等待上传，同步失败怎么办？",
+     [R(ZH, "如果客户端多次重试后仍然失败")], ["zh"]),
+    ("Tidewater Sync 有安卓或苹果手机客户端吗？", [], ["zh", "unanswerable"]),
+    # ---------------- other single-doc facts ----------------
+    ("Where are the desktop agent log files stored?",
+     [R(TS, "Before contacting support, collect the logs.")], []),
+    ("What hardware does a self-hosted server need for 50 users?",
+     [R(INS, "Minimum sizing for a team of up to 50 users")], []),
+    ("How long is an API access token valid?",
+     [R(API, "Access tokens are valid for 24 hours."),
+      R(TS, "used an access token older than 24 hours", 1)], []),
+    ("What is the maximum page size for API list endpoints?",
+     [R(API, "The default page size is 50 and the maximum is 200")], []),
+    ("What can the workspace Owner do that an Admin cannot?",
+     [R(PERM, "Only the Owner can transfer ownership, delete the workspace")], []),
+    ("Which identity providers have been tested with SSO?",
+     [R(PERM, "Tested identity providers are Microsoft Entra ID, Okta, Google Workspace and Keycloak.")], []),
+    ("How long are audit log entries kept?",
+     [R(PERM, "Entries are kept for 1 year on Business and Enterprise plans")], []),
+    ("Which Linux distributions does the desktop agent support?",
+     [R(INS, "Ubuntu 22.04 LTS, Ubuntu 24.04 LTS, Debian 12 and Fedora 40")], []),
+    ("How is a Sev2 support issue defined?",
+     [R(ESC, "A major function such as uploading or signing in fails for many")], []),
+    ("Do we get a service credit when support misses a response time?",
+     [R(ESC, "earns a service credit of 5 percent of that month's fee")], []),
+    ("How long does moving a workspace to another region make it read-only?",
+     [R(RES, "During the move the workspace is read-only for up to 72 hours")], []),
+    ("Which headers must every API request carry?",
+     [R(API, "Every request must carry two headers")], []),
+    # ---------------- unanswerable ----------------
+    ("What does error code TW-E8123 mean?", [], ["unanswerable", "exact-id"]),
+    ("How do I send Tidewater Sync notifications to a Slack channel?", [], ["unanswerable"]),
+    ("How do I turn on end-to-end encryption for a shared folder?", [], ["unanswerable"]),
+    ("How much does the Platinum plan cost per month?", [], ["unanswerable"]),
+    ("What is the GraphQL endpoint of the Tidewater API?", [], ["unanswerable"]),
+    ("What new features are in release 3.6.0?", [], ["unanswerable", "exact-id"]),
+    ("How much does the Priority support tier cost as a separate add-on?", [], ["unanswerable"]),
+    ("What is the maximum length of a share link password?", [], ["unanswerable"]),
+    ("Can I mount my Tidewater folder over WebDAV?", [], ["unanswerable"]),
+    ("What monthly uptime percentage does Tidewater Sync guarantee?", [], ["unanswerable"]),
+    ("How do I enable two-factor authentication for my account?", [], ["unanswerable"]),
+    ("Can I pay for my subscription with PayPal?", [], ["unanswerable"]),
+    ("What is the default value of sync.max_parallel_uploads?", [], ["unanswerable", "exact-id"]),
+]
+
+# ---------------------------------------------------------------- visible text
+def md_lines(text):
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"^\s*#+\s*", "", line)
+        line = line.replace("`", "").replace("**", "")
+        line = re.sub(r"^\s*(\d+\.|-)\s+", "", line)
+        out.extend(c.strip() for c in line.split("|"))
+    return out
+
+
+def visible_units(doc):
+    p = CORPUS / doc
+    if p.suffix == ".md":
+        return md_lines(p.read_text(encoding="utf-8"))
+    if p.suffix in (".txt", ".csv"):
+        return p.read_text(encoding="utf-8").splitlines()
+    if p.suffix == ".html":
+        t = p.read_text(encoding="utf-8")
+        t = re.sub(r"<(script|style)[^>]*>.*?</\1>", "", t, flags=re.S)
+        blocks = re.split(r"</?(?:p|h[1-6]|td|th|li|pre|tr|nav|footer)[^>]*>", t)
+        return [html.unescape(re.sub(r"<[^>]+>", "", b)) for b in blocks]
+    if p.suffix == ".docx":
+        from docx import Document
+        d = Document(p)
+        return [x.text for x in d.paragraphs] + [c.text for tb in d.tables for r in tb.rows for c in r.cells]
+    if p.suffix == ".pdf":
+        import pypdfium2 as pdfium
+        lines = []
+        for page in pdfium.PdfDocument(str(p)):
+            lines += page.get_textpage().get_text_range().splitlines()
+        return lines
+    raise ValueError(doc)
+
+
+def main():
+    cache, errors, rows = {}, [], []
+    for i, (question, rel, tags) in enumerate(Q, 1):
+        qid = f"q{i:03d}"
+        for r in rel:
+            if not (CORPUS / r["doc"]).exists():
+                errors.append(f"{qid}: missing doc {r['doc']}")
+                continue
+            units = cache.setdefault(r["doc"], visible_units(r["doc"]))
+            if not any(r["evidence"] in u for u in units):
+                errors.append(f"{qid}: evidence not found in one unit of {r['doc']}: {r['evidence']!r}")
+        if not rel and "unanswerable" not in tags:
+            errors.append(f"{qid}: no relevant docs but not tagged unanswerable")
+        rows.append({"id": qid, "question": question, "relevant": rel, "tags": tags})
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with OUT.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    counts = Counter(t for row in rows for t in row["tags"])
+    print(f"{len(rows)} questions written to {OUT}")
+    for tag, n in sorted(counts.items()):
+        print(f"  {tag}: {n}")
+    print(f"  (untagged: {sum(1 for r in rows if not r['tags'])})")
+    for e in errors:
+        print("ERROR", e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
