@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
@@ -140,5 +140,7 @@ class SentenceTransformerEmbedder:
         return self.embed(texts)
 
 
+@lru_cache(maxsize=2)
 def load_embedder(model: str | None = None) -> SentenceTransformerEmbedder:
+    """One loaded model per process and name: a library user or a test pays the load once."""
     return SentenceTransformerEmbedder(model or DEFAULT_MODEL)

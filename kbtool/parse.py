@@ -245,8 +245,6 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
     except Exception as exc:  # unstructured and friends raise anything on corrupt input
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ParseError(f"could not parse as {filetype}: {msg}") from exc
-    if not any(b.kind != "title" for b in blocks) and not blocks:
-        raise ParseError("no text found")
     if not blocks:
         raise ParseError("no text found")
     return ParsedDocument(

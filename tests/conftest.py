@@ -1,0 +1,58 @@
+"""Fixtures. Everything a test writes goes under tmp_path; the real bundled model, real Chroma
+and real files are used throughout (small inputs keep it fast)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_corpus"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.getbasetemp() / "home"
+    home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KBTOOL_CACHE_DIR", str(home / "cache"))
+    monkeypatch.setenv("KBTOOL_STORE", str(home / "never-used-store"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from kbtool.embed import load_embedder
+
+    return load_embedder()
+
+
+@pytest.fixture(scope="session")
+def sample_store(tmp_path_factory, embedder):
+    """The bundled sample corpus, ingested once into a real store (read-only for tests)."""
+    from kbtool.pipeline import ingest
+    from kbtool.store import Store
+
+    base = tmp_path_factory.mktemp("sample")
+    corpus = base / "corpus"
+    shutil.copytree(SAMPLE, corpus)
+    store = Store.open(base / "kb", create=True)
+    report = ingest(store, [corpus], embedder=embedder)
+    assert not report.failed, report.failed
+    return store
+
+
+@pytest.fixture(scope="session")
+def retriever(sample_store, embedder):
+    from kbtool.retrieve import Retriever
+
+    return Retriever(sample_store, embedder)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
