@@ -23,20 +23,21 @@ SEP = " > "
 @dataclass(frozen=True)
 class ChunkParams:
     size: int = 0  # 0 = the embedding model's limit (max_seq_length minus [CLS]/[SEP])
-    overlap: int = 32
+    overlap: int | None = None  # None = min(32, size // 4)
     hard_max: int = 0  # 0 = 2 x size: tables/code up to this stay whole
     prefix: bool = True
 
     def resolved(self, model_max_tokens: int) -> "ChunkParams":
         size = self.size or (model_max_tokens - 2)
         hard_max = self.hard_max or 2 * size
+        overlap = min(32, size // 4) if self.overlap is None else self.overlap
         if size < 16:
             raise InputError(f"--size {size} is too small: use at least 16 tokens")
-        if not 0 <= self.overlap < size // 2:
-            raise InputError(f"--overlap {self.overlap} must be between 0 and half of --size ({size})")
+        if not 0 <= overlap < size // 2:
+            raise InputError(f"--overlap {overlap} must be between 0 and half of --size ({size})")
         if hard_max < size:
             raise InputError(f"--hard-max {hard_max} must be at least --size ({size})")
-        return ChunkParams(size, self.overlap, hard_max, self.prefix)
+        return ChunkParams(size, overlap, hard_max, self.prefix)
 
     def to_dict(self) -> dict:
         return asdict(self)

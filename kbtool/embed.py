@@ -140,7 +140,12 @@ class SentenceTransformerEmbedder:
         return self.embed(texts)
 
 
-@lru_cache(maxsize=2)
 def load_embedder(model: str | None = None) -> SentenceTransformerEmbedder:
     """One loaded model per process and name: a library user or a test pays the load once."""
-    return SentenceTransformerEmbedder(model or DEFAULT_MODEL)
+    model = model or DEFAULT_MODEL
+    return _load(DEFAULT_MODEL if model in _BUNDLED_ALIASES else model)
+
+
+@lru_cache(maxsize=2)
+def _load(model: str) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(model)

@@ -88,6 +88,11 @@ def test_default_size_fits_the_model(embedder):
     assert params.size == 254 and params.hard_max == 508
 
 
+def test_overlap_default_scales_with_small_sizes():
+    assert ChunkParams(size=32).resolved(256).overlap == 8
+    assert ChunkParams().resolved(256).overlap == 32
+
+
 @pytest.mark.parametrize("params", [ChunkParams(size=8), ChunkParams(size=100, overlap=60),
                                     ChunkParams(size=100, hard_max=50)])
 def test_bad_parameters_are_refused(params):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -12,7 +12,7 @@ from ._common import JsonOpt, QuietOpt, StoreOpt, handle_errors, open_store, out
 @handle_errors
 def chunk(
     size: Annotated[int, typer.Option("--size", help="Max tokens per chunk, prefix included (0 = the embedding model's limit).")] = 0,
-    overlap: Annotated[int, typer.Option("--overlap", help="Tokens of overlap when a long passage is split.")] = 32,
+    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Tokens of overlap when a long passage is split [default: min(32, size/4)].")] = None,
     hard_max: Annotated[int, typer.Option("--hard-max", help="Tables and code blocks up to this many tokens stay whole (0 = 2 x size).")] = 0,
     prefix: Annotated[bool, typer.Option("--prefix/--no-prefix", help="Prefix title and section path to the indexed text.")] = True,
     all_: Annotated[bool, typer.Option("--all", help="Re-chunk every document even if its parameters are unchanged.")] = False,

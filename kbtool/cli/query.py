@@ -36,12 +36,19 @@ def query(
         err.print(f"No results for {text!r} in {mode} mode.", highlight=False)
         return
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(show_lines=False, title=f"{mode}: {text}", title_justify="left")
-    for col in ("#", "score", "source", "section", "page", "snippet"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("#",))
+    table = Table(title=f"{mode}: {text}", title_justify="left", expand=True, show_lines=True)
+    table.add_column("#", justify="right", width=2)
+    table.add_column("score", width=6)
+    table.add_column("source · section · page", ratio=2, overflow="fold")
+    table.add_column("snippet", ratio=3)
     for h in hits:
+        source = Text(h.doc_id, style="bold")
+        if h.section_path:
+            source.append(f"\n{h.section_path}", style="cyan")
+        if h.page:
+            source.append(f"\np. {h.page}", style="dim")
         snippet = " ".join(h.text.split())
-        table.add_row(str(h.rank), f"{h.score:.4f}", h.doc_id, h.section_path or "-", str(h.page or "-"),
-                      snippet[:160] + ("…" if len(snippet) > 160 else ""))
+        table.add_row(str(h.rank), f"{h.score:.4f}", source, snippet[:240] + ("…" if len(snippet) > 240 else ""))
     out.print(table)

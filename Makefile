@@ -1,0 +1,37 @@
+# kbtool: `make demo` runs the sample corpus end to end, `make test` runs the suite.
+# Both create .venv and install everything on first use (CPU torch first: an unpinned torch
+# would pull a multi-GB CUDA build).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kbtool-installed
+DEMO_STORE ?= .kb-demo
+TORCH ?= torch==2.13.0
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/kbtool ingest sample_corpus --store $(DEMO_STORE)
+	$(BIN)/kbtool status --store $(DEMO_STORE)
+	$(BIN)/kbtool query "What causes error TW-E5120 and how do I fix it?" --store $(DEMO_STORE) --top-k 3
+	$(BIN)/kbtool query "What happens if my laptop drops off the Wi-Fi?" --store $(DEMO_STORE) --top-k 3
+	$(BIN)/kbtool query "出现同步冲突时，我的修改会丢失吗？" --store $(DEMO_STORE) --top-k 3
+	$(BIN)/kbtool query "refund window" --filter dir=policies --store $(DEMO_STORE) --top-k 3
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(DEMO_STORE) bench/out

@@ -1,0 +1,156 @@
+"""Benchmarks: ingest speed, Chroma HNSW recall against exact search, query latency.
+
+    make bench            # or: .venv/bin/python bench/run.py [--dataset DIR]
+
+Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def machine() -> str:
+    import os
+
+    mem = ""
+    try:
+        kb = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal")).split()[1])
+        mem = f", {kb / 2**20:.0f} GiB"
+    except Exception:
+        pass
+    return f"{platform.machine()}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}"
+
+
+def ann_recall(store, queries: list[str], embedder, ks=(10, 100)) -> dict:
+    """Recall of Chroma's HNSW top-k against exact cosine top-k over the same vectors."""
+    rows = store.db.execute(
+        "SELECT c.chunk_id, e.vector FROM chunks c JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?",
+        (store.model_id,),
+    ).fetchall()
+    ids = [r[0] for r in rows]
+    matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+    qv = embedder.embed_queries(queries)
+    col = store.collection()
+    out = {}
+    kmax = max(ks)
+    res = col.query(query_embeddings=qv, n_results=kmax, include=[])
+    exact = np.argsort(-(qv @ matrix.T), axis=1)[:, :kmax]
+    for k in ks:
+        rec = [len(set(res["ids"][i][:k]) & {ids[j] for j in exact[i][:k]}) / k for i in range(len(queries))]
+        out[f"recall@{k}"] = round(float(np.mean(rec)), 4)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
+    args = ap.parse_args()
+    dataset = Path(args.dataset)
+    if not (dataset / "corpus.jsonl").exists():
+        sys.exit(f"bench: {dataset} has no corpus.jsonl (pass --dataset)")
+
+    from kbtool.embed import load_embedder
+    from kbtool.pipeline import IngestOptions, ingest
+    from kbtool.retrieve import Retriever
+    from kbtool.store import Store
+
+    out_dir = HERE / "out"
+    store_dir = out_dir / "cranfield-kb"
+    shutil.rmtree(store_dir, ignore_errors=True)
+    out_dir.mkdir(exist_ok=True)
+    results: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": machine(),
+                     "dataset": dataset.name}
+
+    t = time.perf_counter()
+    embedder = load_embedder()
+    embedder.embed(["warm up"])
+    results["model_load_s"] = round(time.perf_counter() - t, 2)
+
+    store = Store.open(store_dir, create=True)
+    t = time.perf_counter()
+    report = ingest(store, [dataset], IngestOptions(format="beir", parse_only=True))
+    t_parse = time.perf_counter() - t
+    from kbtool.pipeline import chunk, index
+
+    t = time.perf_counter()
+    n_chunks = chunk(store, embedder=embedder)
+    t_chunk = time.perf_counter() - t
+    t = time.perf_counter()
+    idx = index(store, embedder=embedder)
+    t_index = time.perf_counter() - t
+    results["ingest"] = {
+        "documents": len(report.added), "failed": len(report.failed), "chunks": n_chunks,
+        "parse_s": round(t_parse, 2), "chunk_s": round(t_chunk, 2), "index_s": round(t_index, 2),
+        "chunks_per_s_embedding": round(idx.embedded / t_index, 1),
+    }
+    t = time.perf_counter()
+    again = ingest(store, [dataset], IngestOptions(format="beir"), embedder=embedder)
+    results["ingest"]["unchanged_rerun_s"] = round(time.perf_counter() - t, 2)
+    results["ingest"]["unchanged_rerun_embedded"] = again.index.embedded
+
+    queries = [json.loads(l)["text"] for l in (dataset / "queries.jsonl").open() if l.strip()]
+    results["hnsw"] = {"params": store.manifest["hnsw"], **ann_recall(store, queries, embedder)}
+
+    retriever = Retriever(store, embedder)
+    lat = {}
+    for mode in ("bm25", "dense", "hybrid"):
+        times = []
+        for q in queries:
+            t = time.perf_counter()
+            retriever.search(q, mode=mode, top_k=10)
+            times.append(time.perf_counter() - t)
+        lat[mode] = {"p50_ms": round(1000 * float(np.median(times)), 1),
+                     "p95_ms": round(1000 * float(np.percentile(times, 95)), 1)}
+    results["query_latency_warm"] = lat
+
+    kbtool = Path(sys.executable).with_name("kbtool")
+    t = time.perf_counter()
+    subprocess.run([str(kbtool), "query", queries[0], "--store", str(store_dir), "--json"], check=True,
+                   capture_output=True)
+    results["query_cold_cli_s"] = round(time.perf_counter() - t, 2)
+    t = time.perf_counter()
+    subprocess.run([str(kbtool), "--help"], check=True, capture_output=True)
+    results["help_cli_s"] = round(time.perf_counter() - t, 2)
+
+    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(results)
+    print(json.dumps(results, indent=2))
+
+
+def write_markdown(r: dict) -> None:
+    i, h, lat = r["ingest"], r["hnsw"], r["query_latency_warm"]
+    lines = [
+        f"# Benchmark results ({r['date']}, {r['machine']})",
+        "",
+        f"Produced by `make bench` (`bench/run.py`) on `{r['dataset']}`; numbers from one run.",
+        "",
+        "| what | value |", "| --- | --- |",
+        f"| documents / chunks | {i['documents']} / {i['chunks']} ({i['failed']} empty records failed) |",
+        f"| parse / chunk / index (embed + Chroma + BM25) | {i['parse_s']} s / {i['chunk_s']} s / {i['index_s']} s |",
+        f"| embedding throughput | {i['chunks_per_s_embedding']} chunks/s |",
+        f"| unchanged re-ingest | {i['unchanged_rerun_s']} s, {i['unchanged_rerun_embedded']} embedded |",
+        f"| Chroma HNSW {h['params']} | recall@10 {h['recall@10']}, recall@100 {h['recall@100']} vs exact cosine |",
+        *[f"| warm query, {m} | p50 {v['p50_ms']} ms, p95 {v['p95_ms']} ms |" for m, v in lat.items()],
+        f"| cold `kbtool query` process | {r['query_cold_cli_s']} s |",
+        f"| `kbtool --help` | {r['help_cli_s']} s |",
+        f"| model load + first embedding | {r['model_load_s']} s |",
+    ]
+    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

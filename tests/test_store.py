@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from kbtool.catalog import MIGRATIONS, connect, migrate
+from kbtool.errors import ModelMismatchError, StoreError
+from kbtool.store import FORMAT_VERSION, Store
+
+
+def test_missing_store_says_how_to_create_one(tmp_path):
+    with pytest.raises(StoreError, match="kbtool ingest"):
+        Store.open(tmp_path / "nothing")
+
+
+def test_a_non_store_folder_is_not_taken_over(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "precious.txt").write_text("keep me")
+    with pytest.raises(StoreError, match="not a kbtool store"):
+        Store.open(tmp_path / "data", create=True)
+    assert (tmp_path / "data" / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("version,advice", [(FORMAT_VERSION + 1, "upgrade kbtool"), (0, "re-ingest")])
+def test_format_version_is_checked(tmp_path, version, advice):
+    Store.open(tmp_path / "kb", create=True).close()
+    manifest = tmp_path / "kb" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["format_version"] = version
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=advice):
+        Store.open(tmp_path / "kb")
+
+
+def test_manifest_records_model_chunking_and_versions(sample_store):
+    m = json.loads((sample_store.path / "manifest.json").read_text())
+    assert m["format_version"] == FORMAT_VERSION and m["kbtool_version"]
+    assert m["embedding"] == {"model": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384, "max_tokens": 256}
+    assert m["chunking"]["size"] == 254
+    assert m["hnsw"]["space"] == "cosine" and m["hnsw"]["ef_search"] > 10
+
+
+def test_querying_with_another_model_is_refused_with_the_fix(sample_store):
+    with pytest.raises(ModelMismatchError, match="kbtool index --model other-model --rebuild"):
+        sample_store.check_model("other-model")
+    sample_store.check_model("all-MiniLM-L6-v2")  # an alias of the store's model is fine
+
+
+def test_migrations_from_blank_and_idempotent(tmp_path):
+    conn = connect(tmp_path / "c.sqlite3")
+    assert migrate(conn) == len(MIGRATIONS)
+    assert migrate(conn) == len(MIGRATIONS)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"documents", "chunks", "embeddings", "state"} <= tables
+
+
+def test_newer_catalog_schema_is_refused(tmp_path):
+    conn = connect(tmp_path / "c.sqlite3")
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    with pytest.raises(StoreError, match="upgrade kbtool"):
+        migrate(conn)
+
+
+def test_status_counts(sample_store):
+    info = sample_store.status()
+    assert info["documents"] == 12 and info["chunks"] > 50
+    assert info["indexes_current"] is True
+    assert set(info["documents_by_type"]) == {"md", "html", "pdf", "docx", "csv", "txt"}
+    assert info["chunks"] == sample_store.collection().count() == len(sample_store.bm25().chunk_ids)
