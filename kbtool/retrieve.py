@@ -11,9 +11,31 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from .errors import InputError
-from .fusion import RRF_K, rrf
+from .fusion import RRF_K, rrf, weighted
 
 MODES = ("hybrid", "dense", "bm25")
+MODE_HELP = "hybrid (RRF, k=60), dense, bm25, rrf:K (RRF with another k) or weighted:W (min-max fusion, dense weight W)"
+
+
+def parse_mode(mode: str) -> tuple[str, float | None]:
+    """'hybrid' -> ('rrf', 60); 'rrf:10' -> ('rrf', 10); 'weighted:0.7' -> ('weighted', 0.7)."""
+    name, _, arg = mode.partition(":")
+    try:
+        if name in ("dense", "bm25") and not arg:
+            return name, None
+        if name == "hybrid" and not arg:
+            return "rrf", float(RRF_K)
+        if name == "rrf":
+            k = float(arg) if arg else float(RRF_K)
+            if k > 0:
+                return "rrf", k
+        if name == "weighted":
+            w = float(arg) if arg else 0.5
+            if 0.0 <= w <= 1.0:
+                return "weighted", w
+    except ValueError:
+        pass
+    raise InputError(f"unknown mode {mode!r}: use {MODE_HELP}")
 
 
 @dataclass
@@ -77,8 +99,15 @@ class Retriever:
     def search_many(self, queries: Sequence[str], mode: str = "hybrid", top_k: int = 10,
                     filters: dict | None = None) -> list[list[Hit]]:
         """Search several queries, encoding them in one batch."""
-        if mode not in MODES:
-            raise InputError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
+        return self.run(queries, [mode], top_k, filters)[mode]
+
+    def run(self, queries: Sequence[str], modes: Sequence[str], top_k: int = 10, filters: dict | None = None,
+            progress=None, batch_size: int = 64) -> dict[str, list[list[Hit]]]:
+        """Run several modes over many queries; each query is embedded and BM25-scored once.
+
+        ``progress(n)`` is called after each batch of n queries.
+        """
+        parsed = {m: parse_mode(m) for m in modes}
         if top_k < 1:
             raise InputError("--top-k must be at least 1")
         filters = {**self.config.filters, **(filters or {})}
@@ -89,19 +118,29 @@ class Retriever:
                     f"unknown filter key(s) {', '.join(sorted(unknown))}: known keys are "
                     + ", ".join(sorted(self.store.metadata_keys()))
                 )
+        need_dense = any(kind != "bm25" for kind, _ in parsed.values())
+        need_bm25 = any(kind != "dense" for kind, _ in parsed.values())
         depth = max(top_k, self.config.candidates)
-        dense = self._dense(queries, depth, filters) if mode in ("dense", "hybrid") else [[] for _ in queries]
-        bm25 = self._bm25(queries, depth, filters) if mode in ("bm25", "hybrid") else [[] for _ in queries]
-        results = []
-        for d, b in zip(dense, bm25):
-            if mode == "dense":
-                fused = d
-            elif mode == "bm25":
-                fused = b
-            else:
-                fused = rrf([[c for c, _ in d], [c for c, _ in b]], k=self.config.rrf_k)
-            results.append(self._hits(fused[:top_k], d, b))
-        return results
+        out: dict[str, list[list[Hit]]] = {m: [] for m in modes}
+        queries = list(queries)
+        for start in range(0, len(queries), batch_size):
+            batch = queries[start : start + batch_size]
+            dense = self._dense(batch, depth, filters) if need_dense else [[] for _ in batch]
+            bm25 = self._bm25(batch, depth, filters) if need_bm25 else [[] for _ in batch]
+            for mode, (kind, arg) in parsed.items():
+                for d, b in zip(dense, bm25):
+                    if kind == "dense":
+                        fused = d
+                    elif kind == "bm25":
+                        fused = b
+                    elif kind == "rrf":
+                        fused = rrf([[c for c, _ in d], [c for c, _ in b]], k=arg)
+                    else:
+                        fused = weighted(d, b, arg)
+                    out[mode].append(self._hits(fused[:top_k], d, b))
+            if progress:
+                progress(len(batch))
+        return out
 
     def _dense(self, queries, depth, filters) -> list[list[tuple[str, float]]]:
         col = self.store.collection()

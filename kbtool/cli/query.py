@@ -12,7 +12,7 @@ from ._common import JsonOpt, ModelOpt, StoreOpt, err, handle_errors, open_store
 @handle_errors
 def query(
     text: Annotated[str, typer.Argument(help="The question or keywords.")],
-    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid (RRF of dense and BM25), dense or bm25.")] = "hybrid",
+    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid (RRF k=60 of dense and BM25), dense, bm25, rrf:K or weighted:W.")] = "hybrid",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Number of results.")] = 5,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value on chunk metadata (doc_id, filetype, dir, page, or --meta keys), repeatable; applied inside both retrievers.")] = None,
     model: ModelOpt = None,
@@ -20,10 +20,13 @@ def query(
     json_: JsonOpt = False,
 ):
     """Search the store."""
-    from ..retrieve import MODES, Retriever, parse_filters
+    from ..errors import InputError
+    from ..retrieve import Retriever, parse_filters, parse_mode
 
-    if mode not in MODES:
-        raise typer.BadParameter(f"{mode!r}: choose one of {', '.join(MODES)}", param_hint="--mode")
+    try:
+        parse_mode(mode)
+    except InputError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mode") from None
     if not text.strip():
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
     kb = open_store(store)

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from . import app
+from ._common import JsonOpt, QuietOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
+
+EXIT_GATE = 3
+
+
+def _csv(values: Optional[List[str]]) -> list[str]:
+    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+
+
+@app.command("eval")
+@handle_errors
+def eval_(
+    questions: Annotated[Path, typer.Argument(help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
+    modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,hybrid]; also rrf:K and weighted:W.")] = None,
+    k: Annotated[Optional[List[str]], typer.Option("--k", help="Cut-offs, comma-separated or repeated [default: 1,3,5,10].")] = None,
+    metrics: Annotated[Optional[List[str]], typer.Option("--metrics", help="hit_rate, mrr, ndcg, recall, precision, map (comma-separated) [default: all].")] = None,
+    level: Annotated[str, typer.Option("--level", help="auto (chunk level when evidence is given), doc or chunk.")] = "auto",
+    depth: Annotated[int, typer.Option("--depth", min=1, help="Chunks retrieved per question and mode.")] = 100,
+    threshold: Annotated[Optional[List[str]], typer.Option("--threshold", help="mode=score: refuse when the top hit scores below it (repeatable).")] = None,
+    filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value applied to every question (repeatable).")] = None,
+    qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file: TREC (qid 0 doc grade) or BEIR TSV.")] = None,
+    split: Annotated[str, typer.Option("--split", help="BEIR qrels split (qrels/<split>.tsv).")] = "test",
+    strict: Annotated[bool, typer.Option("--strict", help="Treat question-set warnings (unknown fields, documents not in the store, evidence not found) as errors.")] = False,
+    fail_under: Annotated[Optional[List[str]], typer.Option("--fail-under", help="Gate [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6 or hit_rate@5[exact-id]=0.9 (repeatable; mode defaults to hybrid). Exit 3 when not met.")] = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A previous run's --json output or summary.json: deltas, paired randomisation test, better/worse questions.")] = None,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 3 on a significant drop (p < 0.05) of any metric of the primary mode.")] = False,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html here.")] = None,
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Score retrieval on a labelled question set: every mode side by side, per tag, refusals.
+
+    Exit codes: 0 all gates pass, 3 a gate failed, 1 an error (e.g. a malformed question set).
+    """
+    from ..errors import InputError
+    from ..evaluate import (EvalConfig, check_gates, compare_to_baseline, evaluate, significant_regressions,
+                            write_outputs)
+    from ..questions import lint_against_store, load_questions
+
+    try:
+        ks = [int(x) for x in _csv(k)] or [1, 3, 5, 10]
+    except ValueError:
+        raise typer.BadParameter(f"{k}: whole numbers, e.g. 1,3,5,10", param_hint="--k") from None
+    thresholds = {}
+    for mode, value in parse_pairs(threshold, "--threshold").items():
+        try:
+            thresholds[mode] = float(value)
+        except ValueError:
+            raise typer.BadParameter(f"{mode}={value}: the score must be a number", param_hint="--threshold") from None
+    config = EvalConfig(modes=_csv(modes) or ["bm25", "dense", "hybrid"], ks=ks,
+                        metrics=_csv(metrics) or ["hit_rate", "mrr", "ndcg", "recall", "precision", "map"],
+                        level=level, depth=depth, thresholds=thresholds, filters=parse_pairs(filter_, "--filter"))
+    config.validate()
+    baseline_data = None
+    if baseline:
+        try:
+            baseline_data = json.loads(baseline.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--baseline {baseline}: not readable JSON ({exc})") from None
+
+    qs = load_questions(questions, qrels=qrels, split=split)
+    kb = open_store(store)
+    lint_against_store(qs, kb)
+    fatal = [i for i in qs.issues if i.fatal or strict]
+    if fatal:
+        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}"
+                         + ("" if strict else " (fix the line)") )
+    if not quiet:
+        for issue in qs.issues[:20]:
+            err.print(f"[yellow]warning[/] {issue}", highlight=False)
+        if len(qs.issues) > 20:
+            err.print(f"[yellow]warning[/] … and {len(qs.issues) - 20} more (see lint in --json)")
+
+    from ._common import progress_bars
+
+    with progress_bars(quiet) as bars:
+        progress = (lambda n, total: bars("questions", n, total)) if bars else None
+        report = evaluate(kb, qs, config, progress=progress, source=str(questions))
+    gates_ok = check_gates(report, fail_under or [])
+    regressions = []
+    if baseline_data is not None:
+        compare_to_baseline(report, baseline_data)
+        regressions = significant_regressions(report)
+    if out_dir:
+        files = write_outputs(report, out_dir)
+        if not quiet:
+            err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False)
+    if json_:
+        print_json(report.to_dict())
+    else:
+        from .eval_render import render
+
+        render(report, out)
+    failed = not gates_ok or (fail_on_regression and regressions)
+    if failed:
+        why = [g["spec"] + f" (got {g['actual']})" for g in report.gates if not g["passed"]]
+        why += [f"significant regression in {r}" for r in regressions] if fail_on_regression else []
+        err.print(f"[bold red]Gate failed:[/] {'; '.join(why)}", highlight=False)
+        raise typer.Exit(EXIT_GATE)

@@ -1,0 +1,440 @@
+"""Evaluate retrieval on a labelled question set: every mode side by side, per tag, refusals,
+CI gates and a paired significance test against a baseline.
+
+``evaluate()`` returns an ``EvalReport``; ``report.to_dict()`` is the JSON schema documented in
+the README, and ``write_outputs()`` writes it with a per-question CSV, TREC runs and HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import __version__
+from .errors import InputError
+from .metrics import DEFAULT_METRICS, METRICS, parse_metric, score
+from .questions import Question, QuestionSet, normalize, write_trec_qrels
+from .retrieve import Hit, parse_mode
+
+DEFAULT_KS = (1, 3, 5, 10)
+DEFAULT_MODES = ("bm25", "dense", "hybrid")
+HEADLINE = ("hit_rate@5", "mrr@10", "ndcg@10")
+
+
+@dataclass
+class EvalConfig:
+    modes: Sequence[str] = DEFAULT_MODES
+    ks: Sequence[int] = DEFAULT_KS
+    metrics: Sequence[str] = DEFAULT_METRICS
+    level: str = "auto"  # auto | doc | chunk
+    depth: int = 100
+    thresholds: dict[str, float] = field(default_factory=dict)
+    filters: dict[str, str] = field(default_factory=dict)
+
+    def metric_names(self) -> list[str]:
+        return [f"{m}@{k}" for m in self.metrics for k in sorted(set(self.ks))]
+
+    def validate(self) -> None:
+        if not self.modes:
+            raise InputError("no modes to evaluate")
+        for mode in self.modes:
+            parse_mode(mode)
+        for m in self.metrics:
+            if m not in METRICS:
+                raise InputError(f"unknown metric {m!r}: use {', '.join(METRICS)}")
+        if not self.ks or min(self.ks) < 1:
+            raise InputError("--k values must be >= 1")
+        if self.level not in ("auto", "doc", "chunk"):
+            raise InputError(f"--level {self.level!r}: use auto, doc or chunk")
+        unknown = set(self.thresholds) - set(self.modes)
+        if unknown:
+            raise InputError(f"--threshold for mode(s) not evaluated: {', '.join(sorted(unknown))}")
+        self.depth = max(self.depth, max(self.ks))
+
+
+@dataclass
+class ModeResult:
+    ranking: list[str]
+    unit_scores: list[float]
+    qrels: dict[str, float]
+    top_score: float | None
+    refused: bool
+    first_relevant_rank: int | None
+    metrics: dict[str, float]
+    top_doc: str | None
+
+
+@dataclass
+class QuestionResult:
+    question: Question
+    level: str
+    modes: dict[str, ModeResult]
+
+
+@dataclass
+class EvalReport:
+    question_set: QuestionSet
+    config: EvalConfig
+    results: list[QuestionResult]
+    store_info: dict
+    source: str = ""
+    gates: list[dict] = field(default_factory=list)
+    baseline: dict | None = None
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0).isoformat())
+
+    # ---- aggregates ----------------------------------------------------------------------
+    def answerable(self) -> list[QuestionResult]:
+        return [r for r in self.results if r.question.answerable]
+
+    def mean(self, mode: str, metric: str, tag: str | None = None) -> float | None:
+        rows = [r for r in self.answerable() if tag is None or tag in r.question.tags]
+        if not rows:
+            return None
+        return sum(r.modes[mode].metrics[metric] for r in rows) / len(rows)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        return {m: {name: round(self.mean(m, name), 6) for name in self.config.metric_names()}
+                for m in self.config.modes}
+
+    def tags(self) -> list[str]:
+        return sorted({t for r in self.results for t in r.question.tags})
+
+    def by_tag(self) -> dict[str, dict]:
+        out = {}
+        for tag in self.tags():
+            rows = [r for r in self.results if tag in r.question.tags]
+            answerable = [r for r in rows if r.question.answerable]
+            entry: dict = {"count": len(rows), "answerable": len(answerable)}
+            if answerable:
+                entry["metrics"] = {m: {name: round(self.mean(m, name, tag), 6) for name in self.config.metric_names()}
+                                    for m in self.config.modes}
+            entry["refusal"] = {m: self._refusal(m, rows) for m in self.config.modes}
+            out[tag] = entry
+        return out
+
+    def deltas(self) -> dict[str, dict]:
+        """For each fused mode: its value minus the best single retriever's, per metric."""
+        singles = [m for m in self.config.modes if parse_mode(m)[0] in ("dense", "bm25")]
+        fused = [m for m in self.config.modes if m not in singles]
+        if not singles or not fused:
+            return {}
+        means = self.metrics()
+        out = {}
+        for f in fused:
+            out[f] = {}
+            for name in self.config.metric_names():
+                best = max(singles, key=lambda s: (means[s][name], s))
+                out[f][name] = {"best_single": best, "best_single_value": means[best][name],
+                                "value": means[f][name], "delta": round(means[f][name] - means[best][name], 6)}
+        return out
+
+    def _refusal(self, mode: str, rows: list[QuestionResult]) -> dict:
+        threshold = self.config.thresholds.get(mode)
+        unans = [r for r in rows if not r.question.answerable]
+        ans = [r for r in rows if r.question.answerable]
+        return {
+            "threshold": threshold,
+            "unanswerable": len(unans),
+            "correctly_refused": sum(r.modes[mode].refused for r in unans),
+            "answerable": len(ans),
+            "wrongly_refused": sum(r.modes[mode].refused for r in ans),
+        }
+
+    def refusal(self) -> dict[str, dict]:
+        return {m: self._refusal(m, self.results) for m in self.config.modes}
+
+    def to_dict(self) -> dict:
+        qs = self.question_set
+        return {
+            "kbtool_version": __version__,
+            "created_at": self.created_at,
+            "store": self.store_info,
+            "question_set": {"name": qs.name, "path": self.source, "questions": len(self.results),
+                             "answerable": len(self.answerable()),
+                             "unanswerable": len(self.results) - len(self.answerable())},
+            "config": {"modes": list(self.config.modes), "ks": sorted(set(self.config.ks)),
+                       "metrics": list(self.config.metrics), "level": self.config.level,
+                       "depth": self.config.depth, "thresholds": self.config.thresholds,
+                       "filters": self.config.filters},
+            "metrics": self.metrics(),
+            "fused_vs_best_single": self.deltas(),
+            "by_tag": self.by_tag(),
+            "refusal": self.refusal(),
+            "lint": [str(i) for i in qs.issues],
+            "gates": self.gates,
+            "baseline": self.baseline,
+            "per_question": [
+                {"id": r.question.id, "question": r.question.question, "tags": r.question.tags,
+                 "answerable": r.question.answerable, "level": r.level,
+                 "modes": {m: {"first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
+                               "top_doc": mr.top_doc, "refused": mr.refused,
+                               "metrics": {k: round(v, 6) for k, v in mr.metrics.items()}}
+                           for m, mr in r.modes.items()}}
+                for r in self.results
+            ],
+        }
+
+
+# ---- running ---------------------------------------------------------------------------------
+def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None,
+             progress: Callable[[int, int], None] | None = None, source: str = "") -> EvalReport:
+    """Run every mode over every question and score it. ``progress(advance, total)``."""
+    from .retrieve import Retriever
+
+    config = config or EvalConfig()
+    config.validate()
+    retriever = retriever or Retriever(store)
+    questions = qs.questions
+    total = len(questions)
+    cb = (lambda n: progress(n, total)) if progress else None
+    runs = retriever.run([q.question for q in questions], list(config.modes), config.depth, config.filters,
+                         progress=cb)
+    matcher = _EvidenceMatcher(store)
+    names = config.metric_names()
+    results = []
+    for i, q in enumerate(questions):
+        level = config.level
+        if level == "auto":
+            level = "chunk" if any(r.evidence or r.section for r in q.relevant) else "doc"
+        modes = {}
+        for mode in config.modes:
+            hits = runs[mode][i]
+            if level == "doc":
+                ranking, unit_scores, qrels = _doc_units(hits, q)
+            else:
+                ranking, unit_scores, qrels = _chunk_units(hits, q, matcher)
+            top = hits[0].score if hits else None
+            threshold = config.thresholds.get(mode)
+            refused = not hits or (threshold is not None and top < threshold)
+            first = next((n for n, u in enumerate(ranking, start=1) if qrels.get(u, 0) >= 1), None)
+            modes[mode] = ModeResult(
+                ranking, unit_scores, qrels, top, refused, first,
+                {n: score(n, ranking, qrels) for n in names} if q.answerable else {},
+                hits[0].doc_id if hits else None,
+            )
+        results.append(QuestionResult(q, level, modes))
+    return EvalReport(qs, config, results, _store_info(store), source=source)
+
+
+def _store_info(store) -> dict:
+    return {"path": str(store.path), "model": store.model_id, "chunking": store.manifest.get("chunking"),
+            "generation": store.generation()}
+
+
+def _doc_units(hits: list[Hit], q: Question):
+    """Collapse chunks to documents at the rank of each document's first chunk."""
+    ranking, scores, seen = [], [], set()
+    for h in hits:
+        if h.doc_id not in seen:
+            seen.add(h.doc_id)
+            ranking.append(h.doc_id)
+            scores.append(h.score)
+    qrels: dict[str, float] = {}
+    for r in q.relevant:
+        qrels[r.doc] = max(qrels.get(r.doc, 0.0), r.grade)
+    return ranking, scores, qrels
+
+
+def _chunk_units(hits: list[Hit], q: Question, matcher: "_EvidenceMatcher"):
+    """Each relevant entry is one unit, credited at the first chunk that holds its evidence."""
+    items = [(f"{r.doc}::{n}", r) for n, r in enumerate(q.relevant)]
+    qrels = {uid: r.grade for uid, r in items}
+    ranking, scores, matched = [], [], set()
+    for h in hits:
+        unit = h.chunk_id
+        for uid, r in items:
+            if uid not in matched and r.doc == h.doc_id and matcher.matches(h, r):
+                matched.add(uid)
+                unit = uid
+                break
+        ranking.append(unit)
+        scores.append(h.score)
+    return ranking, scores, qrels
+
+
+class _EvidenceMatcher:
+    """A chunk holds a piece of evidence when it contains it, or its span covers most of it."""
+
+    def __init__(self, store):
+        self.store = store
+        self._spans: dict[tuple[str, str], tuple[int, int] | None] = {}
+
+    def span(self, doc: str, evidence: str) -> tuple[int, int] | None:
+        key = (doc, evidence)
+        if key not in self._spans:
+            row = self.store.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc,)).fetchone()
+            pattern = r"[\W_]+".join(re.escape(w) for w in re.findall(r"[^\W_]+", evidence))
+            m = re.search(pattern, row[0], re.IGNORECASE) if row and pattern else None
+            self._spans[key] = m.span() if m else None
+        return self._spans[key]
+
+    def matches(self, hit: Hit, r) -> bool:
+        if r.section and normalize(r.section) not in normalize(hit.section_path):
+            return False
+        if not r.evidence:
+            return True
+        if normalize(r.evidence) in normalize(hit.text):
+            return True
+        span = self.span(r.doc, r.evidence)
+        if span is None:
+            return False
+        overlap = min(span[1], hit.char_end) - max(span[0], hit.char_start)
+        return overlap >= (span[1] - span[0]) / 2
+
+
+# ---- gates and baselines ---------------------------------------------------------------------
+_GATE = re.compile(r"^(?:(?P<mode>[\w.:-]+?):)?(?P<metric>[a-z_]+@\d+)(?:\[(?P<tag>[^\]]+)\])?=(?P<value>[0-9.]+)$")
+
+
+def parse_gate(spec: str, default_mode: str) -> dict:
+    """``[mode:]metric@k[tag]=value`` e.g. ``ndcg@10=0.6``, ``bm25:hit_rate@5[exact-id]=0.9``."""
+    m = _GATE.match(spec.strip())
+    if not m:
+        raise InputError(f"--fail-under {spec!r}: write [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6")
+    try:
+        parse_metric(m["metric"])
+        value = float(m["value"])
+    except ValueError as exc:
+        raise InputError(f"--fail-under {spec!r}: {exc}") from None
+    return {"spec": spec, "mode": m["mode"] or default_mode, "metric": m["metric"], "tag": m["tag"],
+            "required": value}
+
+
+def primary_mode(modes: Sequence[str]) -> str:
+    """The mode gates apply to by default: hybrid if evaluated, else the first fused, else the first."""
+    if "hybrid" in modes:
+        return "hybrid"
+    fused = [m for m in modes if parse_mode(m)[0] not in ("dense", "bm25")]
+    return (fused or list(modes))[0]
+
+
+def check_gates(report: EvalReport, specs: Sequence[str]) -> bool:
+    default = primary_mode(report.config.modes)
+    ok = True
+    for spec in specs:
+        gate = parse_gate(spec, default)
+        if gate["mode"] not in report.config.modes:
+            raise InputError(f"--fail-under {spec!r}: mode {gate['mode']!r} is not among --modes")
+        base, k = parse_metric(gate["metric"])
+        if base not in report.config.metrics or k not in report.config.ks:
+            raise InputError(f"--fail-under {spec!r}: {gate['metric']} is not computed (see --metrics and --k)")
+        if gate["tag"] and gate["tag"] not in report.tags():
+            raise InputError(f"--fail-under {spec!r}: no question has tag {gate['tag']!r}")
+        actual = report.mean(gate["mode"], gate["metric"], gate["tag"])
+        gate["actual"] = None if actual is None else round(actual, 6)
+        gate["passed"] = actual is not None and actual >= gate["required"]
+        ok &= gate["passed"]
+        report.gates.append(gate)
+    return ok
+
+
+def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "ndcg@10", alpha: float = 0.05,
+                        permutations: int = 10000, seed: int = 0) -> dict:
+    """Per-metric deltas with a paired randomisation (sign-flip) test on per-question scores."""
+    import numpy as np
+
+    try:
+        base_q = {q["id"]: q for q in baseline["per_question"]}
+    except (KeyError, TypeError):
+        raise InputError("the baseline is not a kbtool eval JSON (no per_question): "
+                         "use the --json output or summary.json of a previous run") from None
+    rng = np.random.default_rng(seed)
+    cur = {r.question.id: r for r in report.answerable()}
+    common = [qid for qid in cur if qid in base_q and base_q[qid].get("answerable")]
+    out: dict = {"questions_compared": len(common), "alpha": alpha, "permutations": permutations, "seed": seed,
+                 "modes": {}}
+    if not common:
+        raise InputError("the baseline shares no answerable question ids with this question set")
+    signs = rng.choice([-1.0, 1.0], size=(permutations, len(common)))
+    for mode in report.config.modes:
+        if not all(mode in base_q[q]["modes"] for q in common):
+            continue
+        per_metric = {}
+        for name in report.config.metric_names():
+            try:
+                b = np.array([base_q[q]["modes"][mode]["metrics"][name] for q in common])
+            except KeyError:
+                continue
+            c = np.array([cur[q].modes[mode].metrics[name] for q in common])
+            d = c - b
+            observed = abs(d.mean())
+            p = float(((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum() + 1) / (permutations + 1))
+            if not d.any():
+                p = 1.0
+            per_metric[name] = {"baseline": round(float(b.mean()), 6), "current": round(float(c.mean()), 6),
+                                "delta": round(float(d.mean()), 6), "p_value": round(p, 4),
+                                "significant": p < alpha and bool(d.any())}
+        entry = {"metrics": per_metric}
+        if metric in per_metric:
+            diffs = {q: cur[q].modes[mode].metrics[metric] - base_q[q]["modes"][mode]["metrics"][metric] for q in common}
+            entry["compared_on"] = metric
+            entry["better"] = sorted((q for q, v in diffs.items() if v > 1e-12), key=lambda q: -diffs[q])
+            entry["worse"] = sorted((q for q, v in diffs.items() if v < -1e-12), key=lambda q: diffs[q])
+        out["modes"][mode] = entry
+    report.baseline = out
+    return out
+
+
+def significant_regressions(report: EvalReport) -> list[str]:
+    if not report.baseline:
+        return []
+    mode = primary_mode(report.config.modes)
+    entry = report.baseline["modes"].get(mode, {})
+    return [f"{mode}:{name}" for name, v in entry.get("metrics", {}).items() if v["significant"] and v["delta"] < 0]
+
+
+# ---- files -----------------------------------------------------------------------------------
+def write_outputs(report: EvalReport, out_dir: Path) -> list[Path]:
+    """summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html."""
+    import pandas as pd
+
+    from .report_html import render_html
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = report.to_dict()
+    written = []
+    summary = out_dir / "summary.json"
+    summary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    written.append(summary)
+
+    rows = []
+    for r in report.results:
+        for mode, mr in r.modes.items():
+            rows.append({"id": r.question.id, "question": r.question.question, "tags": ";".join(r.question.tags),
+                         "answerable": r.question.answerable, "level": r.level, "mode": mode,
+                         "first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
+                         "top_doc": mr.top_doc, "refused": mr.refused, **mr.metrics})
+    csv_path = out_dir / "per_question.csv"
+    pd.DataFrame(rows).to_csv(csv_path, index=False)
+    written.append(csv_path)
+
+    qrels = {r.question.id: next(iter(r.modes.values())).qrels for r in report.answerable()}
+    qrels_path = out_dir / "qrels.trec"
+    write_trec_qrels(qrels_path, qrels)
+    written.append(qrels_path)
+    for mode in report.config.modes:
+        path = out_dir / f"run.{_safe(mode)}.trec"
+        with path.open("w", encoding="utf-8") as fh:
+            for r in report.results:
+                mr = r.modes[mode]
+                for rank, (unit, s) in enumerate(zip(mr.ranking, mr.unit_scores), start=1):
+                    # Strictly decreasing scores, so any tool re-sorting by score keeps our order.
+                    fh.write(f"{r.question.id} Q0 {trec_id(unit)} {rank} {s - rank * 1e-9:.12f} kbtool-{_safe(mode)}\n")
+        written.append(path)
+    html = out_dir / "report.html"
+    html.write_text(render_html(data), encoding="utf-8")
+    written.append(html)
+    return written
+
+
+def trec_id(unit: str) -> str:
+    """TREC files are whitespace-separated: spaces in document paths become %20."""
+    return unit.replace("%", "%25").replace(" ", "%20").replace("\t", "%09")
+
+
+def _safe(mode: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", mode)

@@ -1,0 +1,248 @@
+"""Question sets: kbtool's JSONL, BEIR folders and TREC qrels, plus a linter.
+
+Native JSONL, one question per line::
+
+    {"id": "q001", "question": "What causes TW-E5120?",
+     "relevant": [{"doc": "manual/troubleshooting.md", "evidence": "cannot read from or write to", "grade": 2}],
+     "tags": ["exact-id"]}
+
+``relevant`` entries may also be plain strings (a document id, grade 1). An empty ``relevant``
+list marks a question the knowledge base cannot answer: the right behaviour is to refuse.
+Relevance is stated against documents (and evidence text), never chunk ids, so labels survive
+re-chunking.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import InputError
+
+QUESTION_FIELDS = {"id", "question", "relevant", "tags", "notes"}
+RELEVANT_FIELDS = {"doc", "evidence", "section", "grade"}
+
+
+@dataclass
+class Relevant:
+    doc: str
+    grade: float = 1.0
+    evidence: str | None = None
+    section: str | None = None
+
+
+@dataclass
+class Question:
+    id: str
+    question: str
+    relevant: list[Relevant] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    line: int | None = None
+
+    @property
+    def answerable(self) -> bool:
+        return any(r.grade >= 1 for r in self.relevant)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("line")
+        return d
+
+
+@dataclass
+class LintIssue:
+    source: str
+    line: int | None
+    message: str
+    fatal: bool = False  # fatal even without --strict
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class QuestionSet:
+    name: str
+    questions: list[Question]
+    issues: list[LintIssue] = field(default_factory=list)
+
+
+def load_questions(path: str | Path, *, qrels: str | Path | None = None, split: str = "test") -> QuestionSet:
+    """Load a native JSONL set, a BEIR folder, or a queries file plus ``qrels`` (TREC or BEIR TSV)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such question set")
+    if path.is_dir():
+        queries = path / "queries.jsonl"
+        qrels_file = Path(qrels) if qrels else path / "qrels" / f"{split}.tsv"
+        if not queries.exists():
+            raise InputError(f"{path} has no queries.jsonl: a BEIR folder needs queries.jsonl and qrels/{split}.tsv")
+        if not qrels_file.exists():
+            raise InputError(f"{qrels_file} not found: pass --split or --qrels")
+        return _from_queries_and_qrels(path.name, queries, qrels_file)
+    if qrels:
+        return _from_queries_and_qrels(path.stem, path, Path(qrels))
+    return _load_native(path)
+
+
+def _load_native(path: Path) -> QuestionSet:
+    qs = QuestionSet(path.stem, [])
+    seen: dict[str, int] = {}
+    src = str(path)
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise InputError(f"{src}:{lineno}: not valid JSON ({exc.msg}): one JSON object per line") from None
+            if not isinstance(rec, dict):
+                raise InputError(f"{src}:{lineno}: expected a JSON object with id, question, relevant")
+            q = _question(rec, src, lineno, qs.issues)
+            if q is None:
+                continue
+            if q.id in seen:
+                qs.issues.append(LintIssue(src, lineno, f"duplicate id {q.id!r} (first on line {seen[q.id]})", True))
+                continue
+            seen[q.id] = lineno
+            qs.questions.append(q)
+    if not qs.questions:
+        raise InputError(f"{src}: no questions found")
+    return qs
+
+
+def _question(rec: dict, src: str, lineno: int, issues: list[LintIssue]) -> Question | None:
+    unknown = set(rec) - QUESTION_FIELDS
+    if unknown:
+        issues.append(LintIssue(src, lineno, f"unknown field(s) {', '.join(sorted(unknown))}; "
+                                             f"known: {', '.join(sorted(QUESTION_FIELDS))}"))
+    qid = rec.get("id")
+    if qid is None or str(qid).strip() == "":
+        issues.append(LintIssue(src, lineno, "missing id", True))
+        return None
+    text = rec.get("question")
+    if not isinstance(text, str) or not text.strip():
+        issues.append(LintIssue(src, lineno, f"question {qid!r} is empty", True))
+        return None
+    raw = rec.get("relevant", [])
+    if not isinstance(raw, list):
+        issues.append(LintIssue(src, lineno, "relevant must be a list (empty for an unanswerable question)", True))
+        return None
+    relevant = []
+    for item in raw:
+        if isinstance(item, str):
+            item = {"doc": item}
+        if not isinstance(item, dict) or not isinstance(item.get("doc"), str) or not item["doc"]:
+            issues.append(LintIssue(src, lineno, f"relevant entry {item!r} needs a doc", True))
+            return None
+        bad = set(item) - RELEVANT_FIELDS
+        if bad:
+            issues.append(LintIssue(src, lineno, f"unknown relevant field(s) {', '.join(sorted(bad))}; "
+                                                 f"known: {', '.join(sorted(RELEVANT_FIELDS))}"))
+        grade = item.get("grade", 1)
+        if not isinstance(grade, (int, float)) or isinstance(grade, bool) or grade < 0:
+            issues.append(LintIssue(src, lineno, f"grade {grade!r} must be a number >= 0", True))
+            return None
+        relevant.append(Relevant(item["doc"], float(grade), item.get("evidence") or None, item.get("section") or None))
+    tags = rec.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        issues.append(LintIssue(src, lineno, "tags must be a list of strings", True))
+        return None
+    return Question(str(qid), text.strip(), relevant, list(tags), lineno)
+
+
+def _from_queries_and_qrels(name: str, queries: Path, qrels: Path) -> QuestionSet:
+    qs = QuestionSet(name, [])
+    texts: dict[str, tuple[str, int]] = {}
+    with queries.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            if queries.suffix == ".jsonl":
+                try:
+                    rec = json.loads(line)
+                    texts[str(rec["_id"])] = (str(rec["text"]), lineno)
+                except (ValueError, KeyError, TypeError):
+                    raise InputError(f"{queries}:{lineno}: expected a BEIR query {{\"_id\", \"text\"}}") from None
+            else:
+                qid, sep, text = line.rstrip("\n").partition("\t")
+                if not sep:
+                    raise InputError(f"{queries}:{lineno}: expected 'query-id<TAB>text'")
+                texts[qid] = (text, lineno)
+    judged: dict[str, dict[str, float]] = {}
+    for lineno, (qid, doc, grade) in _read_qrels(qrels):
+        judged.setdefault(qid, {})[doc] = grade
+    for qid, rels in judged.items():
+        if qid not in texts:
+            qs.issues.append(LintIssue(str(qrels), None, f"query {qid!r} is judged but has no text in {queries.name}"))
+            continue
+        text, lineno = texts[qid]
+        relevant = [Relevant(doc, grade) for doc, grade in sorted(rels.items())]
+        qs.questions.append(Question(qid, text, relevant, [], lineno))
+    # BEIR evaluates judged queries only; unjudged queries are not questions.
+    order = {q: texts[q][1] for q in texts}
+    qs.questions.sort(key=lambda q: order.get(q.id, 0))
+    if not qs.questions:
+        raise InputError(f"{qrels}: no judged queries match {queries.name}")
+    return qs
+
+
+def _read_qrels(path: Path):
+    """BEIR TSV (query-id, corpus-id, score, with a header) or TREC (qid 0 docid rel)."""
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if lineno == 1 and parts[0] in ("query-id", "query_id", "qid"):
+                continue
+            if len(parts) == 3:
+                qid, doc, grade = parts
+            elif len(parts) == 4:
+                qid, _, doc, grade = parts
+            else:
+                raise InputError(f"{path}:{lineno}: expected 'qid docid grade' (BEIR) or 'qid 0 docid grade' (TREC)")
+            try:
+                yield lineno, (qid, doc, float(grade))
+            except ValueError:
+                raise InputError(f"{path}:{lineno}: grade {grade!r} is not a number") from None
+
+
+def lint_against_store(qs: QuestionSet, store) -> None:
+    """Add issues for documents the store does not hold and evidence no document contains."""
+    docs = {r[0] for r in store.db.execute("SELECT doc_id FROM documents")}
+    texts: dict[str, str] = {}
+    for q in qs.questions:
+        for r in q.relevant:
+            if r.doc not in docs:
+                qs.issues.append(LintIssue(qs.name, q.line, f"question {q.id!r} names document {r.doc!r}, "
+                                                           "which the store does not hold"))
+                continue
+            if r.evidence:
+                if r.doc not in texts:
+                    row = store.db.execute("SELECT text FROM documents WHERE doc_id=?", (r.doc,)).fetchone()
+                    texts[r.doc] = normalize(row[0])
+                if normalize(r.evidence) not in texts[r.doc]:
+                    qs.issues.append(LintIssue(qs.name, q.line, f"question {q.id!r}: evidence {r.evidence!r} "
+                                                               f"does not occur in {r.doc}"))
+
+
+def normalize(text: str) -> str:
+    """Casefolded words only: evidence matches across Markdown, table and CSV punctuation."""
+    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
+
+
+def write_trec_qrels(path: Path, qrels: dict[str, dict[str, float]]) -> None:
+    from .evaluate import trec_id
+
+    with path.open("w", encoding="utf-8") as fh:
+        for qid, rels in qrels.items():
+            for doc, grade in rels.items():
+                fh.write(f"{qid} 0 {trec_id(doc)} {int(grade) if float(grade).is_integer() else grade}\n")
+
+
+__all__ = ["Question", "QuestionSet", "Relevant", "LintIssue", "load_questions", "lint_against_store"]

@@ -1,0 +1,110 @@
+"""A self-contained HTML report (inline CSS and SVG, no scripts or external files)."""
+
+from __future__ import annotations
+
+from html import escape
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+
+
+def _line_chart(title: str, ks: list[int], series: dict[str, list[float]]) -> str:
+    w, h, pad = 320, 200, 36
+    xs = {k: pad + (w - 2 * pad) * (i / max(1, len(ks) - 1)) for i, k in enumerate(ks)}
+
+    def y(v: float) -> float:
+        return h - pad - (h - 2 * pad) * v
+
+    parts = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{escape(title)}">',
+             f'<text x="{w / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>']
+    for v in (0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{pad}" x2="{w - pad}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="g"/>'
+                     f'<text x="{pad - 4}" y="{y(v) + 4:.1f}" text-anchor="end" class="a">{v:g}</text>')
+    for k in ks:
+        parts.append(f'<text x="{xs[k]:.1f}" y="{h - pad + 14}" text-anchor="middle" class="a">@{k}</text>')
+    for i, (mode, values) in enumerate(series.items()):
+        color = COLORS[i % len(COLORS)]
+        pts = " ".join(f"{xs[k]:.1f},{y(v):.1f}" for k, v in zip(ks, values))
+        parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts += [f'<circle cx="{xs[k]:.1f}" cy="{y(v):.1f}" r="3" fill="{color}"><title>{escape(mode)} @{k}: {v:.3f}</title></circle>'
+                  for k, v in zip(ks, values)]
+        parts.append(f'<text x="{w - pad + 2}" y="{30 + 12 * i}" class="l" fill="{color}">{escape(mode)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return escape("" if v is None else str(v))
+
+
+def render_html(data: dict) -> str:
+    modes = data["config"]["modes"]
+    ks = data["config"]["ks"]
+    metrics = data["metrics"]
+    charts = "".join(
+        _line_chart(base, ks, {m: [metrics[m][f"{base}@{k}"] for k in ks] for m in modes})
+        for base in data["config"]["metrics"]
+    )
+    names = [f"{b}@{k}" for b in data["config"]["metrics"] for k in ks]
+    summary = _table(["metric", *modes], [[n, *[metrics[m][n] for m in modes]] for n in names])
+    headline = [n for n in ("hit_rate@5", "mrr@10", "ndcg@10") if n in names] or names[:3]
+    tag_rows = []
+    for tag, entry in data["by_tag"].items():
+        row = [tag, entry["count"]]
+        for m in modes:
+            for n in headline:
+                row.append(entry["metrics"][m][n] if "metrics" in entry else None)
+        tag_rows.append(row)
+    tags = _table(["tag", "n", *[f"{m} {n}" for m in modes for n in headline]], tag_rows)
+    refusal = _table(["mode", "threshold", "unanswerable", "correctly refused", "answerable", "wrongly refused"],
+                     [[m, r["threshold"], r["unanswerable"], r["correctly_refused"], r["answerable"],
+                       r["wrongly_refused"]] for m, r in data["refusal"].items()])
+    deltas = ""
+    for fused, per in data["fused_vs_best_single"].items():
+        deltas += f"<h3>{escape(fused)} vs the best single retriever</h3>" + _table(
+            ["metric", "best single", "its value", fused, "delta"],
+            [[n, per[n]["best_single"], per[n]["best_single_value"], per[n]["value"], per[n]["delta"]]
+             for n in headline])
+    misses = []
+    from .evaluate import primary_mode
+
+    primary = primary_mode(modes)
+    for q in data["per_question"]:
+        rank = q["modes"][primary]["first_relevant_rank"]
+        if q["answerable"] and (rank is None or rank > 5):
+            misses.append([q["id"], q["question"], ", ".join(q["tags"]),
+                           q["modes"][primary]["first_relevant_rank"], q["modes"][primary]["top_doc"]])
+    gates = ""
+    if data["gates"]:
+        gates = "<h2>Gates</h2>" + _table(["gate", "required", "actual", "passed"],
+                                           [[g["spec"], g["required"], g["actual"], g["passed"]] for g in data["gates"]])
+    qs = data["question_set"]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kbtool eval: {escape(qs['name'])}</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2rem;max-width:1100px;color:#222}}
+table{{border-collapse:collapse;margin:0.5rem 0 1.5rem}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}
+svg{{margin:0 12px 12px 0;border:1px solid #eee}}.t{{font-size:13px;font-weight:bold}}.a{{font-size:10px;fill:#555}}
+.l{{font-size:10px}}.g{{stroke:#eee}}
+</style></head><body>
+<h1>kbtool eval: {escape(qs['name'])}</h1>
+<p>{qs['questions']} questions ({qs['answerable']} answerable, {qs['unanswerable']} unanswerable) on store
+<code>{escape(str(data['store']['path']))}</code>, model <code>{escape(str(data['store']['model']))}</code>;
+level {escape(data['config']['level'])}; {escape(data['created_at'])}; kbtool {escape(data['kbtool_version'])}.</p>
+<h2>Metric@K by mode</h2><div>{charts}</div>
+<h2>Summary</h2>{summary}{deltas}
+<h2>By tag</h2>{tags}
+<h2>Refusals</h2>{refusal}
+{gates}
+<h2>Answerable questions with no relevant result in the top 5 ({escape(primary)})</h2>
+{_table(["id", "question", "tags", "first relevant rank", "top document"], misses)}
+</body></html>
+"""
