@@ -106,6 +106,15 @@ def main() -> None:
     results["hnsw"] = {"params": store.manifest["hnsw"], **ann_recall(store, queries, embedder)}
 
     retriever = Retriever(store, embedder)
+    from kbtool.evaluate import EvalConfig, evaluate
+    from kbtool.questions import load_questions
+
+    t = time.perf_counter()
+    modes = ["bm25", "dense", "hybrid", "weighted:0.5"]
+    report = evaluate(store, load_questions(dataset), EvalConfig(modes=modes, ks=[10, 100], metrics=["ndcg", "recall", "mrr"]),
+                      retriever=retriever)
+    results["eval_s"] = round(time.perf_counter() - t, 2)
+    results["eval"] = report.metrics()
     lat = {}
     for mode in ("bm25", "dense", "hybrid"):
         times = []
@@ -148,6 +157,13 @@ def write_markdown(r: dict) -> None:
         f"| cold `kbtool query` process | {r['query_cold_cli_s']} s |",
         f"| `kbtool --help` | {r['help_cli_s']} s |",
         f"| model load + first embedding | {r['model_load_s']} s |",
+        "",
+        f"Retrieval quality on {r['dataset']} (`kbtool eval`, document level, qrels/test.tsv, "
+        f"{r['eval_s']} s for all modes):",
+        "",
+        "| mode | nDCG@10 | recall@100 | MRR@10 |",
+        "| --- | --- | --- | --- |",
+        *[f"| {m} | {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" for m, v in r["eval"].items()],
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
 

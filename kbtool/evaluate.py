@@ -359,8 +359,9 @@ def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "nd
                 b = np.array([base_q[q]["modes"][mode]["metrics"][name] for q in common])
             except KeyError:
                 continue
-            c = np.array([cur[q].modes[mode].metrics[name] for q in common])
-            d = c - b
+            # The baseline went through JSON at 6 decimals: compare like with like.
+            c = np.array([round(cur[q].modes[mode].metrics[name], 6) for q in common])
+            d = np.where(np.abs(c - b) < 1e-9, 0.0, c - b)
             observed = abs(d.mean())
             p = float(((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum() + 1) / (permutations + 1))
             if not d.any():
@@ -370,7 +371,8 @@ def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "nd
                                 "significant": p < alpha and bool(d.any())}
         entry = {"metrics": per_metric}
         if metric in per_metric:
-            diffs = {q: cur[q].modes[mode].metrics[metric] - base_q[q]["modes"][mode]["metrics"][metric] for q in common}
+            diffs = {q: round(cur[q].modes[mode].metrics[metric], 6) - base_q[q]["modes"][mode]["metrics"][metric]
+                     for q in common}
             entry["compared_on"] = metric
             entry["better"] = sorted((q for q, v in diffs.items() if v > 1e-12), key=lambda q: -diffs[q])
             entry["worse"] = sorted((q for q, v in diffs.items() if v < -1e-12), key=lambda q: diffs[q])

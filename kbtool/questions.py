@@ -111,7 +111,8 @@ def _load_native(path: Path) -> QuestionSet:
             seen[q.id] = lineno
             qs.questions.append(q)
     if not qs.questions:
-        raise InputError(f"{src}: no questions found")
+        fatal = [i for i in qs.issues if i.fatal]
+        raise InputError(str(fatal[0]) if fatal else f"{src}: no questions found")
     return qs
 
 

@@ -24,7 +24,7 @@ def render(report, console) -> None:
         table.add_column(m, justify="right")
     deltas = data["fused_vs_best_single"]
     for f in deltas:
-        table.add_column(f"{f} − best single", justify="right")
+        table.add_column(f"Δ {f} vs best single", justify="right")
     for name in report.config.metric_names():
         values = [data["metrics"][m][name] for m in modes]
         best = max(values)
@@ -32,7 +32,7 @@ def render(report, console) -> None:
         for f, per in deltas.items():
             d = per[name]
             color = "green" if d["delta"] > 0 else ("red" if d["delta"] < 0 else "")
-            text = f"{d['delta']:+.3f} vs {d['best_single']}"
+            text = f"{d['delta']:+.3f} ({d['best_single']})"
             cells.append(f"[{color}]{text}[/]" if color else text)
         table.add_row(name, *cells)
     console.print(table)
@@ -40,7 +40,7 @@ def render(report, console) -> None:
     headline = [n for n in HEADLINE if n in report.config.metric_names()] or report.config.metric_names()[:3]
     if data["by_tag"]:
         tags = Table(title="By question type (tag)", title_justify="left")
-        for col in ("tag", "n", "metric", *modes):
+        for col in ("tag", "n answerable", "metric", *modes):
             tags.add_column(col, justify="left" if col in ("tag", "metric") else "right")
         for tag, entry in data["by_tag"].items():
             if "metrics" not in entry:
@@ -55,13 +55,18 @@ def render(report, console) -> None:
                              end_section=i == len(headline) - 1)
         console.print(tags)
 
-    refusal = Table(title="Refusals (unanswerable questions)", title_justify="left")
-    for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)"):
-        refusal.add_column(col, justify="right" if col != "mode" else "left")
-    for m, r in data["refusal"].items():
-        refusal.add_row(m, "none" if r["threshold"] is None else f"{r['threshold']:g}",
-                        f"{r['correctly_refused']} / {r['unanswerable']}", f"{r['wrongly_refused']} / {r['answerable']}")
-    console.print(refusal)
+    if not qs["unanswerable"] and all(r["threshold"] is None for r in data["refusal"].values()):
+        refusal = None
+    else:
+        refusal = Table(title="Refusals (unanswerable questions)", title_justify="left")
+    if refusal is not None:
+        for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)"):
+            refusal.add_column(col, justify="right" if col != "mode" else "left")
+        for m, r in data["refusal"].items():
+            refusal.add_row(m, "none" if r["threshold"] is None else f"{r['threshold']:g}",
+                            f"{r['correctly_refused']} / {r['unanswerable']}",
+                            f"{r['wrongly_refused']} / {r['answerable']}")
+        console.print(refusal)
     if all(r["threshold"] is None for r in data["refusal"].values()) and qs["unanswerable"]:
         console.print("[dim]No --threshold set: nothing is refused. Top scores per question are in --json / --out "
                       "to choose one.[/]")

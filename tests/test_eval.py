@@ -1,0 +1,225 @@
+"""kbtool eval: question sets, evidence matching, report, gates, baselines; numbers checked by ranx."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+from kbtool.errors import InputError
+from kbtool.evaluate import EvalConfig, compare_to_baseline, evaluate, parse_gate, write_outputs
+from kbtool.questions import load_questions
+
+from .conftest import ROOT, write
+
+SAMPLE_SET = ROOT / "eval_sets" / "sample.jsonl"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def sample_report(sample_store, retriever):
+    qs = load_questions(SAMPLE_SET)
+    return evaluate(sample_store, qs, EvalConfig(), retriever=retriever)
+
+
+# ---- question sets ---------------------------------------------------------------------------
+def test_sample_set_is_well_formed_and_big_enough():
+    qs = load_questions(SAMPLE_SET)
+    assert len(qs.questions) >= 60 and not qs.issues
+    tags = {t for q in qs.questions for t in q.tags}
+    assert {"exact-id", "paraphrase", "table", "code", "multi-doc", "zh", "unanswerable"} <= tags
+    assert sum(not q.answerable for q in qs.questions) >= 10
+
+
+@pytest.mark.parametrize("lines,message,line", [
+    (['{"id": "a", "question": "ok", "relevant": []}', '{"id": "b", "question": '], "not valid JSON", 2),
+    (['{"id": "a", "question": "ok"}', '{"id": "a", "question": "again"}'], "duplicate id", 2),
+    (['{"id": "a", "question": "  "}'], "empty", 1),
+    (['{"id": "a", "question": "q", "relevant": [{"doc": "x", "grade": "high"}]}'], "grade", 1),
+    (['{"id": "a", "question": "q", "relevant": "x.md"}'], "must be a list", 1),
+])
+def test_malformed_sets_name_the_line(tmp_path, lines, message, line):
+    path = write(tmp_path / "set.jsonl", "\n".join(lines) + "\n")
+    try:
+        qs = load_questions(path)
+    except InputError as exc:
+        assert message in str(exc) and f":{line}" in str(exc)
+        return
+    fatal = [i for i in qs.issues if i.fatal]
+    assert fatal and message in fatal[0].message and fatal[0].line == line
+
+
+def test_unknown_fields_are_warnings_and_strings_are_doc_ids(tmp_path):
+    path = write(tmp_path / "set.jsonl", '{"id": 1, "question": "q", "relevant": ["a.md"], "colour": "red"}\n')
+    qs = load_questions(path)
+    assert qs.questions[0].relevant[0].doc == "a.md" and qs.questions[0].id == "1"
+    assert "colour" in qs.issues[0].message and not qs.issues[0].fatal
+
+
+def test_beir_and_trec_layouts(tmp_path):
+    beir = tmp_path / "beir"
+    write(beir / "queries.jsonl", '{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "unjudged"}\n')
+    write(beir / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t2\nq1\td2\t1\n")
+    qs = load_questions(beir)
+    assert [q.id for q in qs.questions] == ["q1"]
+    assert {(r.doc, r.grade) for r in qs.questions[0].relevant} == {("d1", 2.0), ("d2", 1.0)}
+    write(tmp_path / "q.tsv", "7\tseventh question\n")
+    write(tmp_path / "qrels.txt", "7 0 docA 1\n7 0 docB 0\n")
+    qs = load_questions(tmp_path / "q.tsv", qrels=tmp_path / "qrels.txt")
+    assert qs.questions[0].question == "seventh question" and len(qs.questions[0].relevant) == 2
+
+
+def test_lint_flags_documents_and_evidence_the_store_lacks(sample_store, tmp_path):
+    from kbtool.questions import lint_against_store
+
+    path = write(tmp_path / "set.jsonl", "\n".join([
+        '{"id": "a", "question": "q", "relevant": [{"doc": "missing.md"}]}',
+        '{"id": "b", "question": "q", "relevant": [{"doc": "zh/faq.md", "evidence": "not in there at all"}]}',
+        '{"id": "c", "question": "q", "relevant": [{"doc": "billing/plans.csv", "evidence": "Team,24,1000"}]}',
+    ]) + "\n")
+    qs = load_questions(path)
+    lint_against_store(qs, sample_store)
+    messages = [str(i) for i in qs.issues]
+    assert len(messages) == 2, messages  # CSV evidence matches the parsed table despite punctuation
+    assert "set:1" in messages[0] and "missing.md" in messages[0]
+    assert "set:2" in messages[1] and "evidence" in messages[1]
+
+
+# ---- the report -------------------------------------------------------------------------------
+def test_report_has_modes_side_by_side_and_tags(sample_report):
+    data = sample_report.to_dict()
+    assert data["config"]["modes"] == ["bm25", "dense", "hybrid"]
+    assert set(data["metrics"]["hybrid"]) == {f"{m}@{k}" for m in
+                                              ("hit_rate", "mrr", "ndcg", "recall", "precision", "map")
+                                              for k in (1, 3, 5, 10)}
+    assert data["by_tag"]["exact-id"]["metrics"]["bm25"]["hit_rate@5"] > 0.8
+    assert data["by_tag"]["paraphrase"]["metrics"]["dense"]["hit_rate@5"] > \
+        data["by_tag"]["paraphrase"]["metrics"]["bm25"]["hit_rate@5"]
+    d = data["fused_vs_best_single"]["hybrid"]["ndcg@10"]
+    assert d["delta"] == pytest.approx(d["value"] - d["best_single_value"], abs=1e-6)
+    assert data["question_set"]["unanswerable"] >= 10
+    assert json.loads(json.dumps(data)) == data
+
+
+def test_chunk_level_needs_the_evidence_chunk_not_just_the_document(sample_store, retriever, tmp_path):
+    path = write(tmp_path / "set.jsonl", "\n".join([
+        '{"id": "doc", "question": "What causes error TW-E5120?", "relevant": ["manual/troubleshooting.md"]}',
+        '{"id": "ev", "question": "What causes error TW-E5120?", "relevant": [{"doc": "manual/troubleshooting.md",'
+        ' "evidence": "the self-hosted server cannot read from or write to its block storage"}]}',
+        '{"id": "wrong", "question": "What causes error TW-E5120?", "relevant": [{"doc": "manual/troubleshooting.md",'
+        ' "evidence": "Every problem the agent or the server reports carries an error code"}]}',
+    ]) + "\n")
+    report = evaluate(sample_store, load_questions(path), EvalConfig(modes=["bm25"], ks=[1]), retriever=retriever)
+    by_id = {r.question.id: r for r in report.results}
+    assert by_id["doc"].level == "doc" and by_id["ev"].level == "chunk"
+    assert by_id["doc"].modes["bm25"].metrics["hit_rate@1"] == 1.0
+    assert by_id["ev"].modes["bm25"].metrics["hit_rate@1"] == 1.0
+    assert by_id["wrong"].modes["bm25"].metrics["hit_rate@1"] == 0.0  # right document, wrong chunk
+
+
+def test_thresholds_refuse(sample_store, retriever):
+    qs = load_questions(SAMPLE_SET)
+    report = evaluate(sample_store, qs, EvalConfig(modes=["dense"], ks=[5], thresholds={"dense": 2.0}),
+                      retriever=retriever)
+    r = report.refusal()["dense"]
+    assert r["correctly_refused"] == r["unanswerable"] and r["wrongly_refused"] == r["answerable"]
+    report = evaluate(sample_store, qs, EvalConfig(modes=["dense"], ks=[5], thresholds={"dense": -2.0}),
+                      retriever=retriever)
+    assert report.refusal()["dense"]["correctly_refused"] == 0
+
+
+def test_trec_files_rescored_by_ranx_give_the_same_numbers(sample_report, tmp_path):
+    ranx = pytest.importorskip("ranx")
+    write_outputs(sample_report, tmp_path)
+    qrels = ranx.Qrels.from_file(str(tmp_path / "qrels.trec"), kind="trec")
+    names = ["ndcg@10", "mrr@10", "hit_rate@5", "map@10", "recall@10", "precision@5"]
+    ours = sample_report.metrics()
+    for mode in ("bm25", "dense", "hybrid"):
+        run = ranx.Run.from_file(str(tmp_path / f"run.{mode}.trec"), kind="trec")
+        theirs = ranx.evaluate(qrels, run, names, make_comparable=True)
+        for n in names:
+            assert theirs[n] == pytest.approx(ours[mode][n], abs=1e-6), (mode, n)
+
+
+def test_out_writes_every_file(sample_report, tmp_path):
+    import pandas as pd
+
+    files = {p.name for p in write_outputs(sample_report, tmp_path)}
+    assert files == {"summary.json", "per_question.csv", "qrels.trec", "run.bm25.trec", "run.dense.trec",
+                     "run.hybrid.trec", "report.html"}
+    df = pd.read_csv(tmp_path / "per_question.csv")
+    assert len(df) == 3 * len(sample_report.results)
+    assert {"first_relevant_rank", "top_score", "ndcg@10", "mode", "tags"} <= set(df.columns)
+    html = (tmp_path / "report.html").read_text()
+    assert "<svg" in html and "By tag" in html and "<script" not in html
+
+
+# ---- gates and baselines ------------------------------------------------------------------------
+def test_gate_syntax():
+    assert parse_gate("ndcg@10=0.6", "hybrid") == {"spec": "ndcg@10=0.6", "mode": "hybrid", "metric": "ndcg@10",
+                                                   "tag": None, "required": 0.6}
+    g = parse_gate("bm25:hit_rate@5[exact-id]=0.9", "hybrid")
+    assert (g["mode"], g["metric"], g["tag"], g["required"]) == ("bm25", "hit_rate@5", "exact-id", 0.9)
+    with pytest.raises(InputError):
+        parse_gate("ndcg10>0.5", "hybrid")
+
+
+def test_randomisation_test_matches_the_exact_p_value(sample_report):
+    # Five questions all better by the same amount: exactly 2 of 32 sign patterns are as extreme.
+    import copy
+
+    report = copy.copy(sample_report)
+    answerable = report.answerable()[:5]
+    report.results = answerable
+    base = {"per_question": [
+        {"id": r.question.id, "answerable": True,
+         "modes": {m: {"metrics": {k: v - 0.1 for k, v in mr.metrics.items()}} for m, mr in r.modes.items()}}
+        for r in answerable]}
+    out = compare_to_baseline(report, base, permutations=20000, seed=1)
+    v = out["modes"]["hybrid"]["metrics"]["ndcg@10"]
+    assert v["delta"] == pytest.approx(0.1, abs=1e-9)
+    assert v["p_value"] == pytest.approx(2 / 32, abs=0.01)
+    assert len(out["modes"]["hybrid"]["better"]) == 5
+
+
+def test_cli_eval_json_out_gates_and_baseline(sample_store, tmp_path):
+    store = str(sample_store.path)
+    r = runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--json", "-q", "--modes", "bm25,hybrid",
+                            "--k", "5,10", "--out", str(tmp_path / "out"), "--fail-under", "hit_rate@5=0.1"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["gates"][0]["passed"] is True and (tmp_path / "out" / "report.html").exists()
+
+    r = runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "-q", "--modes", "bm25,hybrid",
+                            "--fail-under", "ndcg@10=1.01", "--fail-under", "bm25:hit_rate@5[zh]=0.1"])
+    assert r.exit_code == 3 and "ndcg@10=1.01" in r.stderr
+
+    baseline = tmp_path / "out" / "summary.json"
+    r = runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "-q", "--modes", "bm25,hybrid",
+                            "--k", "5,10", "--baseline", str(baseline), "--fail-on-regression", "--json"])
+    assert r.exit_code == 0, r.output
+    b = json.loads(r.stdout)["baseline"]["modes"]["hybrid"]["metrics"]["ndcg@10"]
+    assert b["delta"] == 0 and b["p_value"] == 1.0 and not b["significant"]
+
+    better = json.loads(baseline.read_text())
+    for q in better["per_question"]:
+        for m in q["modes"].values():
+            m["metrics"] = {k: 1.0 for k in m["metrics"]}
+    (tmp_path / "better.json").write_text(json.dumps(better))
+    r = runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "-q", "--modes", "bm25,hybrid",
+                            "--k", "5,10", "--baseline", str(tmp_path / "better.json"), "--fail-on-regression"])
+    assert r.exit_code == 3 and "regression" in r.stderr
+
+
+def test_cli_eval_errors(sample_store, tmp_path):
+    store = str(sample_store.path)
+    bad = write(tmp_path / "bad.jsonl", '{"id": "a", "question": "x", "relevant": []}\n{oops\n')
+    r = runner.invoke(app, ["eval", str(bad), "--store", store])
+    assert r.exit_code == 1 and "bad.jsonl:2" in r.stderr and "Traceback" not in r.output
+    strict = write(tmp_path / "strict.jsonl", '{"id": "a", "question": "x", "relevant": ["nope.md"]}\n')
+    assert runner.invoke(app, ["eval", str(strict), "--store", store, "-q"]).exit_code == 0
+    r = runner.invoke(app, ["eval", str(strict), "--store", store, "--strict"])
+    assert r.exit_code == 1 and "nope.md" in r.stderr
+    assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--metrics", "ndgc"]).exit_code == 1
+    assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--k", "ten"]).exit_code == 2
+    assert runner.invoke(app, ["eval", str(tmp_path / "none.jsonl"), "--store", store]).exit_code == 1
