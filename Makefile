@@ -26,7 +26,7 @@ demo: install
 	$(BIN)/kbtool query "What happens if my laptop drops off the Wi-Fi?" --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "出现同步冲突时，我的修改会丢失吗？" --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "refund window" --filter dir=policies --store $(DEMO_STORE) --top-k 3
-	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)/eval
+	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)-eval
 
 test: install
 	$(BIN)/python -m pytest
