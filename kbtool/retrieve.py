@@ -67,16 +67,6 @@ class RetrieverConfig:
     filters: dict = field(default_factory=dict)
 
 
-def parse_filters(items: Sequence[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--filter {item!r}: write key=value, e.g. --filter filetype=pdf")
-        out[key.strip()] = value.strip()
-    return out
-
-
 class Retriever:
     def __init__(self, store, embedder=None, config: RetrieverConfig | None = None):
         store.require_indexed()

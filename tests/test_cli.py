@@ -67,7 +67,7 @@ def test_errors_are_one_line_with_exit_codes(docs, tmp_path):
     kb = tmp_path / "kb"
     assert run("ingest", docs, "--store", kb, "-q").exit_code == 0
     assert run("query", "x", "--store", kb, "--mode", "sparse").exit_code == 2
-    assert run("query", "x", "--store", kb, "--filter", "novalue").exit_code == 1
+    assert run("query", "x", "--store", kb, "--filter", "novalue").exit_code == 2
     r = run("query", "x", "--store", kb, "--filter", "colour=red")
     assert r.exit_code == 1 and "known keys" in r.stderr
     r = run("query", "x", "--store", kb, "--model", "some/other-model")

@@ -5,7 +5,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import JsonOpt, ModelOpt, StoreOpt, err, handle_errors, open_store, out, print_json
+from ._common import JsonOpt, ModelOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
 
 
 @app.command()
@@ -21,7 +21,7 @@ def query(
 ):
     """Search the store."""
     from ..errors import InputError
-    from ..retrieve import Retriever, parse_filters, parse_mode
+    from ..retrieve import Retriever, parse_mode
 
     try:
         parse_mode(mode)
@@ -31,7 +31,7 @@ def query(
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
     kb = open_store(store)
     kb.check_model(model)
-    hits = Retriever(kb).search(text, mode=mode, top_k=top_k, filters=parse_filters(filter_))
+    hits = Retriever(kb).search(text, mode=mode, top_k=top_k, filters=parse_pairs(filter_, "--filter"))
     if json_:
         print_json({"query": text, "mode": mode, "top_k": top_k, "hits": [h.to_dict() for h in hits]})
         return
