@@ -52,6 +52,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         INSERT INTO state VALUES ('generation', '0');
         """,
     ),
+    (
+        "0002_parse_options",
+        # Parse options (e.g. --encoding) are part of what makes a document "unchanged".
+        "ALTER TABLE documents ADD COLUMN options TEXT NOT NULL DEFAULT '{}'",
+    ),
 ]
 
 

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import InputError
+from .errors import UsageError as InputError
 from .parse import Block
 
 Counter = Callable[[str], int]
@@ -56,11 +56,16 @@ class ChunkDraft:
 
     @property
     def embed_text(self) -> str:
-        return f"{self.prefix}\n\n{self.text}" if self.prefix else self.text
+        return embed_text(self.prefix, self.text)
 
     @property
     def content_hash(self) -> str:
         return hashlib.sha256(self.embed_text.encode("utf-8")).hexdigest()
+
+
+def embed_text(prefix: str, text: str) -> str:
+    """What is embedded and BM25-indexed for a chunk: its title/section prefix, then its text."""
+    return f"{prefix}\n\n{text}" if prefix else text
 
 
 def make_prefix(title: str, section: list[str]) -> str:
@@ -92,11 +97,16 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
     """Chunk one document's blocks. ``params`` must already be resolved."""
     sections: list[tuple[list[str], list[_Unit]]] = []
     pos = 0
-    for block in blocks:
+    for i, block in enumerate(blocks):
         start = pos
         pos += len(block.text) + 2  # blocks are joined with "\n\n" in the document text
         if block.kind == "title":
-            continue
+            nxt = blocks[i + 1] if i + 1 < len(blocks) else None
+            has_body = nxt is not None and (nxt.kind != "title" or (nxt.depth or 0) > (block.depth or 0))
+            if has_body:
+                continue  # the heading lives in the section path of what follows
+            # A heading with nothing under it (or a heading-only document) is content itself.
+            block = Block("text", block.text, block.section, block.page)
         if not sections or sections[-1][0] != block.section:
             sections.append((block.section, []))
         sections[-1][1].append(_Unit(block.kind, block.text, start, block.page))
@@ -105,13 +115,14 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
     for section, units in sections:
         prefix = make_prefix(title, section) if params.prefix else ""
         section_path = SEP.join(section)
-        budget = params.size - (count(prefix + "\n\n") if prefix else 0)
+        # count() includes [CLS] and [SEP] once per call: do not charge them twice.
+        budget = params.size - (count(prefix + "\n\n") - count("") if prefix else 0)
         budget = max(budget, params.size // 2)
         pending: list[_Unit] = []
 
-        def emit(text: str, start: int, page: int | None) -> None:
+        def emit(text: str, start: int, page: int | None, end: int | None = None) -> None:
             drafts.append(ChunkDraft(len(drafts), text, prefix, section_path, page, start,
-                                     start + len(text), count(f"{prefix}\n\n{text}" if prefix else text)))
+                                     start + len(text) if end is None else end, count(embed_text(prefix, text))))
 
         def flush() -> None:
             if pending:
@@ -124,8 +135,8 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
             atomic = unit.kind in ("table", "code")
             if n > budget and not (atomic and n <= params.hard_max):
                 flush()
-                for piece, offset in _split(unit, budget, params, count):
-                    emit(piece, unit.start + offset, unit.page)
+                for piece, offset, length in _split(unit, budget, params, count):
+                    emit(piece, unit.start + offset, unit.page, unit.start + offset + length)
                 continue
             joined = "\n\n".join([u.text for u in pending] + [unit.text])
             if pending and count(joined) > budget:
@@ -137,7 +148,8 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
     return drafts
 
 
-def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int]]:
+def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int, int]]:
+    """Pieces of one unit as (text, offset in the unit, length of the unit text it covers)."""
     if unit.kind == "table":
         # Split a large table by rows, repeating the header row in every piece.
         lines = unit.text.split("\n")
@@ -147,8 +159,9 @@ def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> lis
         out, cursor = [], 0
         for piece in pieces:
             off = unit.text.find(piece, cursor)
-            cursor = max(off, cursor)
-            out.append((header + "\n" + piece if rows else piece, max(off, 0)))
+            off = cursor if off < 0 else off
+            cursor = off + len(piece)
+            out.append((header + "\n" + piece if rows else piece, off, len(piece)))
         return out
     seps = ["\n"] if unit.kind == "code" else None
     pieces = _splitter(budget, params.overlap, count, seps).split_text(unit.text)
@@ -157,6 +170,6 @@ def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> lis
         off = unit.text.find(piece, cursor)
         if off < 0:
             off = cursor
-        out.append((piece, off))
+        out.append((piece, off, len(piece)))
         cursor = off + 1
     return out

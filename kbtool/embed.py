@@ -39,6 +39,15 @@ class Embedder(Protocol):
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+def canonical_model_id(model: str | None) -> str:
+    """The id a store records: the bundled model's hub name, or an absolute path for a folder."""
+    model = model or DEFAULT_MODEL
+    if model in _BUNDLED_ALIASES:
+        return DEFAULT_MODEL
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_dir() else model
+
+
 def resolve_model_path(model: str) -> Path:
     """Map a model id to a local folder, or raise ModelError saying what to do."""
     if model in _BUNDLED_ALIASES:
@@ -68,7 +77,7 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model; torch is imported only when vectors are first needed."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu"):
-        self.model_id = DEFAULT_MODEL if model in _BUNDLED_ALIASES else model
+        self.model_id = canonical_model_id(model)
         self.path = resolve_model_path(model)
         self.batch_size = batch_size
         self.device = device
@@ -142,8 +151,7 @@ class SentenceTransformerEmbedder:
 
 def load_embedder(model: str | None = None) -> SentenceTransformerEmbedder:
     """One loaded model per process and name: a library user or a test pays the load once."""
-    model = model or DEFAULT_MODEL
-    return _load(DEFAULT_MODEL if model in _BUNDLED_ALIASES else model)
+    return _load(canonical_model_id(model))
 
 
 @lru_cache(maxsize=2)

@@ -11,6 +11,12 @@ class InputError(KbtoolError):
     """Bad user input: a path, an option value, a question set."""
 
 
+class UsageError(InputError):
+    """An option value is invalid (exit 2, like a command-line usage error)."""
+
+    exit_code = 2
+
+
 class StoreError(KbtoolError):
     """The store is missing, from another version, or inconsistent."""
 

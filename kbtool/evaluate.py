@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import __version__
-from .errors import InputError
+from .errors import InputError, UsageError
 from .metrics import DEFAULT_METRICS, METRICS, parse_metric, score
-from .questions import Question, QuestionSet, normalize, write_trec_qrels
+from .questions import Question, QuestionSet, contains_evidence, evidence_regex, write_trec_qrels
 from .retrieve import Hit, parse_mode
 
 DEFAULT_KS = (1, 3, 5, 10)
@@ -40,19 +40,19 @@ class EvalConfig:
 
     def validate(self) -> None:
         if not self.modes:
-            raise InputError("no modes to evaluate")
+            raise UsageError("no modes to evaluate")
         for mode in self.modes:
             parse_mode(mode)
         for m in self.metrics:
             if m not in METRICS:
-                raise InputError(f"unknown metric {m!r}: use {', '.join(METRICS)}")
+                raise UsageError(f"unknown metric {m!r}: use {', '.join(METRICS)}")
         if not self.ks or min(self.ks) < 1:
-            raise InputError("--k values must be >= 1")
+            raise UsageError("--k values must be >= 1")
         if self.level not in ("auto", "doc", "chunk"):
-            raise InputError(f"--level {self.level!r}: use auto, doc or chunk")
+            raise UsageError(f"--level {self.level!r}: use auto, doc or chunk")
         unknown = set(self.thresholds) - set(self.modes)
         if unknown:
-            raise InputError(f"--threshold for mode(s) not evaluated: {', '.join(sorted(unknown))}")
+            raise UsageError(f"--threshold for mode(s) not evaluated: {', '.join(sorted(unknown))}")
         self.depth = max(self.depth, max(self.ks))
 
 
@@ -96,8 +96,9 @@ class EvalReport:
             return None
         return sum(r.modes[mode].metrics[metric] for r in rows) / len(rows)
 
-    def metrics(self) -> dict[str, dict[str, float]]:
-        return {m: {name: round(self.mean(m, name), 6) for name in self.config.metric_names()}
+    def metrics(self) -> dict[str, dict[str, float | None]]:
+        """Mean of each metric over answerable questions (None when there are none)."""
+        return {m: {name: _round(self.mean(m, name)) for name in self.config.metric_names()}
                 for m in self.config.modes}
 
     def tags(self) -> list[str]:
@@ -110,7 +111,7 @@ class EvalReport:
             answerable = [r for r in rows if r.question.answerable]
             entry: dict = {"count": len(rows), "answerable": len(answerable)}
             if answerable:
-                entry["metrics"] = {m: {name: round(self.mean(m, name, tag), 6) for name in self.config.metric_names()}
+                entry["metrics"] = {m: {name: _round(self.mean(m, name, tag)) for name in self.config.metric_names()}
                                     for m in self.config.modes}
             entry["refusal"] = {m: self._refusal(m, rows) for m in self.config.modes}
             out[tag] = entry
@@ -120,7 +121,7 @@ class EvalReport:
         """For each fused mode: its value minus the best single retriever's, per metric."""
         singles = [m for m in self.config.modes if parse_mode(m)[0] in ("dense", "bm25")]
         fused = [m for m in self.config.modes if m not in singles]
-        if not singles or not fused:
+        if not singles or not fused or not self.answerable():
             return {}
         means = self.metrics()
         out = {}
@@ -220,6 +221,10 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     return EvalReport(qs, config, results, _store_info(store), source=source)
 
 
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
+
+
 def _store_info(store) -> dict:
     return {"path": str(store.path), "model": store.model_id, "chunking": store.manifest.get("chunking"),
             "generation": store.generation()}
@@ -267,17 +272,17 @@ class _EvidenceMatcher:
         key = (doc, evidence)
         if key not in self._spans:
             row = self.store.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc,)).fetchone()
-            pattern = r"[\W_]+".join(re.escape(w) for w in re.findall(r"[^\W_]+", evidence))
-            m = re.search(pattern, row[0], re.IGNORECASE) if row and pattern else None
+            pattern = evidence_regex(evidence)
+            m = pattern.search(row[0]) if row and pattern else None
             self._spans[key] = m.span() if m else None
         return self._spans[key]
 
     def matches(self, hit: Hit, r) -> bool:
-        if r.section and normalize(r.section) not in normalize(hit.section_path):
+        if r.section and not contains_evidence(hit.section_path, r.section):
             return False
         if not r.evidence:
             return True
-        if normalize(r.evidence) in normalize(hit.text):
+        if contains_evidence(hit.text, r.evidence):
             return True
         span = self.span(r.doc, r.evidence)
         if span is None:
@@ -294,12 +299,12 @@ def parse_gate(spec: str, default_mode: str) -> dict:
     """``[mode:]metric@k[tag]=value`` e.g. ``ndcg@10=0.6``, ``bm25:hit_rate@5[exact-id]=0.9``."""
     m = _GATE.match(spec.strip())
     if not m:
-        raise InputError(f"--fail-under {spec!r}: write [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6")
+        raise UsageError(f"--fail-under {spec!r}: write [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6")
     try:
         parse_metric(m["metric"])
         value = float(m["value"])
     except ValueError as exc:
-        raise InputError(f"--fail-under {spec!r}: {exc}") from None
+        raise UsageError(f"--fail-under {spec!r}: {exc}") from None
     return {"spec": spec, "mode": m["mode"] or default_mode, "metric": m["metric"], "tag": m["tag"],
             "required": value}
 
@@ -318,12 +323,12 @@ def check_gates(report: EvalReport, specs: Sequence[str]) -> bool:
     for spec in specs:
         gate = parse_gate(spec, default)
         if gate["mode"] not in report.config.modes:
-            raise InputError(f"--fail-under {spec!r}: mode {gate['mode']!r} is not among --modes")
+            raise UsageError(f"--fail-under {spec!r}: mode {gate['mode']!r} is not among --modes")
         base, k = parse_metric(gate["metric"])
         if base not in report.config.metrics or k not in report.config.ks:
-            raise InputError(f"--fail-under {spec!r}: {gate['metric']} is not computed (see --metrics and --k)")
+            raise UsageError(f"--fail-under {spec!r}: {gate['metric']} is not computed (see --metrics and --k)")
         if gate["tag"] and gate["tag"] not in report.tags():
-            raise InputError(f"--fail-under {spec!r}: no question has tag {gate['tag']!r}")
+            raise UsageError(f"--fail-under {spec!r}: no question has tag {gate['tag']!r}")
         actual = report.mean(gate["mode"], gate["metric"], gate["tag"])
         gate["actual"] = None if actual is None else round(actual, 6)
         gate["passed"] = actual is not None and actual >= gate["required"]
@@ -338,8 +343,8 @@ def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "nd
     import numpy as np
 
     try:
-        base_q = {q["id"]: q for q in baseline["per_question"]}
-    except (KeyError, TypeError):
+        base_q = {q["id"]: q for q in baseline["per_question"] if isinstance(q.get("modes"), dict)}
+    except (KeyError, TypeError, AttributeError):
         raise InputError("the baseline is not a kbtool eval JSON (no per_question): "
                          "use the --json output or summary.json of a previous run") from None
     rng = np.random.default_rng(seed)
@@ -351,13 +356,13 @@ def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "nd
         raise InputError("the baseline shares no answerable question ids with this question set")
     signs = rng.choice([-1.0, 1.0], size=(permutations, len(common)))
     for mode in report.config.modes:
-        if not all(mode in base_q[q]["modes"] for q in common):
+        if not all(isinstance(base_q[q]["modes"].get(mode, {}).get("metrics"), dict) for q in common):
             continue
         per_metric = {}
         for name in report.config.metric_names():
             try:
-                b = np.array([base_q[q]["modes"][mode]["metrics"][name] for q in common])
-            except KeyError:
+                b = np.array([float(base_q[q]["modes"][mode]["metrics"][name]) for q in common])
+            except (KeyError, TypeError, ValueError):
                 continue
             # The baseline went through JSON at 6 decimals: compare like with like.
             c = np.array([round(cur[q].modes[mode].metrics[name], 6) for q in common])
@@ -370,7 +375,7 @@ def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "nd
                                 "delta": round(float(d.mean()), 6), "p_value": round(p, 4),
                                 "significant": p < alpha and bool(d.any())}
         entry = {"metrics": per_metric}
-        if metric in per_metric:
+        if metric in per_metric and per_metric[metric]:
             diffs = {q: round(cur[q].modes[mode].metrics[metric], 6) - base_q[q]["modes"][mode]["metrics"][metric]
                      for q in common}
             entry["compared_on"] = metric
@@ -423,9 +428,10 @@ def write_outputs(report: EvalReport, out_dir: Path) -> list[Path]:
         with path.open("w", encoding="utf-8") as fh:
             for r in report.results:
                 mr = r.modes[mode]
+                qid = trec_id(r.question.id)
                 for rank, (unit, s) in enumerate(zip(mr.ranking, mr.unit_scores), start=1):
                     # Strictly decreasing scores, so any tool re-sorting by score keeps our order.
-                    fh.write(f"{r.question.id} Q0 {trec_id(unit)} {rank} {s - rank * 1e-9:.12f} kbtool-{_safe(mode)}\n")
+                    fh.write(f"{qid} Q0 {trec_id(unit)} {rank} {s - rank * 1e-9:.12f} kbtool-{_safe(mode)}\n")
         written.append(path)
     html = out_dir / "report.html"
     html.write_text(render_html(data), encoding="utf-8")

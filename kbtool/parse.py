@@ -93,6 +93,15 @@ def decode_text(data: bytes, name: str, encoding: str | None = None) -> str:
             return data.decode(encoding)
         except (UnicodeDecodeError, LookupError) as exc:
             raise ParseError(f"cannot decode as {encoding}: {exc}") from exc
+    import codecs
+
+    for bom, codec in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                       (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise ParseError(f"starts with a {codec} byte-order mark but does not decode: {exc.reason}") from None
     if b"\x00" in data[:8192]:
         raise ParseError("binary content (NUL bytes) in a text file")
     try:
@@ -227,15 +236,29 @@ def title_from(blocks: list[Block], doc_id: str) -> str:
     return re.sub(r"[-_]+", " ", stem).strip() or doc_id
 
 
-def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20) -> ParsedDocument:
-    """Parse one file; raises ParseError with a one-line reason on anything unusable."""
+def read_file(path: Path, max_bytes: int) -> tuple[bytes, float]:
+    """A regular file's bytes and mtime, or ParseError (too large, unreadable, not a regular file)."""
+    import stat as st
+
+    try:
+        info = path.stat()
+        if not st.S_ISREG(info.st_mode):
+            raise ParseError("not a regular file")
+        if info.st_size > max_bytes:
+            raise ParseError(f"{info.st_size} bytes is larger than --max-file-size {max_bytes}")
+        return path.read_bytes(), info.st_mtime
+    except OSError as exc:
+        raise ParseError(f"cannot read: {exc.strerror or exc}") from None
+
+
+def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20,
+               data: bytes | None = None, mtime: float | None = None) -> ParsedDocument:
+    """Parse one file (or its already-read bytes); raises ParseError with a one-line reason."""
     filetype = SUPPORTED.get(path.suffix.lower())
     if filetype is None:
         raise ParseError(f"unsupported file type {path.suffix!r}")
-    stat = path.stat()
-    if stat.st_size > max_bytes:
-        raise ParseError(f"{stat.st_size} bytes is larger than --max-file-size {max_bytes}")
-    data = path.read_bytes()
+    if data is None:
+        data, mtime = read_file(path, max_bytes)
     if not data.strip():
         raise ParseError("empty file")
     try:
@@ -249,11 +272,13 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         raise ParseError("no text found")
     return ParsedDocument(
         doc_id=doc_id, filetype=filetype, title=title_from(blocks, doc_id), blocks=blocks,
-        sha256=sha256_bytes(data), size=stat.st_size, mtime=stat.st_mtime, path=str(path),
+        sha256=sha256_bytes(data), size=len(data), mtime=mtime, path=str(path),
     )
 
 
-def beir_document(doc_id: str, title: str, text: str, line_hash: str) -> ParsedDocument:
+def beir_document(doc_id: str, title, text, line_hash: str) -> ParsedDocument:
+    if not isinstance(title, str) or not isinstance(text, str):
+        raise ParseError("BEIR record: title and text must be strings")
     blocks = []
     title = " ".join((title or "").split())
     if title:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import codecs
 import fnmatch
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Callable, Iterator
 
 from .chunk import ChunkParams
-from .errors import InputError, ParseError
-from .parse import SUPPORTED, ParsedDocument, beir_document, parse_file, sha256_bytes
+from .errors import InputError, ParseError, UsageError
+from .parse import SUPPORTED, ParsedDocument, beir_document, parse_file, read_file, sha256_bytes
 from .store import IndexReport, Store, now_iso
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding".
@@ -55,99 +57,145 @@ class _Source:
 
 
 def _selected(rel: str, include: list[str], exclude: list[str]) -> bool:
-    def hit(patterns):
-        return any(fnmatch.fnmatch(rel, p) or PurePosixPath(rel).match(p) for p in patterns)
+    """Globs match the path relative to the folder given (``*`` also crosses ``/``)."""
+    return (not include or any(fnmatch.fnmatch(rel, p) for p in include)) and not any(
+        fnmatch.fnmatch(rel, p) for p in exclude)
 
-    return (not include or hit(include)) and not hit(exclude)
 
-
-def discover(root: Path, include: list[str], exclude: list[str], skipped: list[dict]) -> Iterator[_Source]:
-    """Files under root, sorted; hidden entries skipped; no link is followed out of root."""
-    real_root = root.resolve()
-    for dirpath, dirnames, filenames in os.walk(real_root, followlinks=False):
+def discover(walk: Path, base: Path, include: list[str], exclude: list[str], skipped: list[dict]) -> Iterator[_Source]:
+    """Regular files under ``walk`` (resolved), sorted, with ids relative to ``base``; hidden entries
+    skipped; a symlink is read only if it resolves to a regular file inside ``walk``."""
+    for dirpath, dirnames, filenames in os.walk(walk, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             if name.startswith("."):
                 continue
             full = Path(dirpath) / name
-            rel = full.relative_to(real_root).as_posix()
+            rel = full.relative_to(walk).as_posix()
             if not _selected(rel, include, exclude):
                 continue
-            if full.is_symlink():
-                target = full.resolve()
-                if not target.is_relative_to(real_root):
-                    skipped.append({"path": rel, "reason": "symlink pointing outside the ingest root"})
-                    continue
-            if full.suffix.lower() not in SUPPORTED:
-                skipped.append({"path": rel, "reason": f"unsupported file type {full.suffix or '(none)'}"})
+            doc_id = full.relative_to(base).as_posix()
+            try:
+                target = full.resolve(strict=True)
+            except (OSError, RuntimeError):
+                skipped.append({"path": doc_id, "reason": "broken symlink or symlink loop"})
                 continue
-            yield _Source(rel, path=full)
+            if not target.is_relative_to(walk):
+                skipped.append({"path": doc_id, "reason": "symlink pointing outside the ingest root"})
+                continue
+            if not stat.S_ISREG(target.stat().st_mode):
+                skipped.append({"path": doc_id, "reason": "not a regular file"})
+                continue
+            if full.suffix.lower() not in SUPPORTED:
+                skipped.append({"path": doc_id, "reason": f"unsupported file type {full.suffix or '(none)'}"})
+                continue
+            yield _Source(doc_id, path=full)
 
 
-def read_beir_corpus(root: Path) -> Iterator[_Source]:
+def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
     corpus = root / "corpus.jsonl"
     if not corpus.is_file():
         raise InputError(f"{root} has no corpus.jsonl: --format beir expects a BEIR folder")
-    with corpus.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    seen: set[str] = set()
+    with corpus.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"{corpus}:{lineno}: not UTF-8: BEIR corpora are UTF-8 JSON lines") from None
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
                 doc_id = str(rec["_id"])
             except (ValueError, KeyError, TypeError) as exc:
-                raise InputError(f"{corpus}:{lineno}: not a BEIR record with an _id ({exc})") from exc
+                raise InputError(f"{corpus}:{lineno}: not a BEIR record with an _id ({exc})") from None
+            if doc_id in seen:
+                failed.append({"doc_id": doc_id, "path": f"{corpus}:{lineno}", "reason": "duplicate _id"})
+                continue
+            seen.add(doc_id)
             yield _Source(doc_id, path=corpus, beir={"title": rec.get("title") or "", "text": rec.get("text") or "",
                                                     "hash": sha256_bytes(line.strip().encode("utf-8"))})
 
 
+def _validate(options: IngestOptions) -> None:
+    from .store import RESERVED_META
+
+    if options.format not in ("auto", "beir"):
+        raise UsageError(f"unknown --format {options.format!r}: use auto or beir")
+    bad = RESERVED_META & set(options.metadata)
+    if bad:
+        raise UsageError(f"--meta key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
+    if options.encoding:
+        try:
+            codecs.lookup(options.encoding)
+        except LookupError:
+            raise UsageError(f"unknown --encoding {options.encoding!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
+    if options.max_file_size <= 0:
+        raise UsageError("--max-file-size must be positive")
+
+
 def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None = None, *, embedder=None,
            chunk_params: ChunkParams | None = None, progress: Progress | None = None) -> IngestReport:
-    """Bring the store in line with the given files or folders; see IngestOptions."""
+    """Bring the store in line with the given files or folders; see IngestOptions.
+
+    A folder is mirrored: documents whose files are gone leave the store. A path inside a folder
+    ingested before keeps that folder as its root, so document ids stay the same.
+    """
     options = options or IngestOptions()
+    _validate(options)
     report = IngestReport()
-    known = store.document_hashes()
     meta_json = json.dumps(options.metadata, sort_keys=True)
-    touched: list[str] = []
+    opts_json = json.dumps({"encoding": options.encoding} if options.encoding else {}, sort_keys=True)
     for raw in paths:
         path = Path(raw)
         if not path.exists():
-            raise InputError(f"{raw}: no such file or folder")
+            raise UsageError(f"{raw}: no such file or folder")
+        known = store.document_hashes()
+        gone: list[str] = []
         if options.format == "beir":
-            root = path.resolve()
-            sources = list(read_beir_corpus(root))
-        elif options.format == "auto":
+            root = "beir:" + str(path.resolve())
+            sources = list(read_beir_corpus(path.resolve(), report.failed))
+            gone = [d for d, (r, _) in known.items() if r == root]
+        else:
+            real = path.resolve()
+            base = _root_for(real, {r for r, _ in known.values() if not r.startswith("beir:")})
             if path.is_file():
-                root = path.resolve().parent
-                sources = [_Source(path.name, path=path.resolve())]
-                if path.suffix.lower() not in SUPPORTED:
-                    report.skipped.append({"path": str(raw), "reason": f"unsupported file type {path.suffix}"})
+                base = base or real.parent
+                sources = [_Source(real.relative_to(base).as_posix(), path=real)]
+                if real.suffix.lower() not in SUPPORTED:
+                    report.skipped.append({"path": str(raw), "reason": f"unsupported file type {real.suffix}"})
                     sources = []
             else:
-                root = path.resolve()
-                sources = list(discover(root, options.include, options.exclude, report.skipped))
-        else:
-            raise InputError(f"unknown --format {options.format!r}: use auto or beir")
+                base = base or real
+                sources = list(discover(real, base, options.include, options.exclude, report.skipped))
+                prefix = "" if real == base else real.relative_to(base).as_posix() + "/"
+                gone = [d for d, (r, _) in known.items()
+                        if (r == str(base) and d.startswith(prefix)
+                            and _selected(d[len(prefix):], options.include, options.exclude))
+                        or (r != str(base) and Path(r).is_relative_to(real))]  # an old nested root
+            root = str(base)
         seen = set()
+        if progress:
+            progress("parsing", 0, len(sources))
         for src in sources:
-            if progress:
-                progress("parsing", 0, len(sources))
             seen.add(src.doc_id)
             try:
-                status = _ingest_one(store, src, root, known, meta_json, options)
+                status = _ingest_one(store, src, root, known, meta_json, opts_json, options)
             except ParseError as exc:
-                report.failed.append({"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)})
+                entry = {"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)}
+                if src.doc_id in known and known[src.doc_id][0] == root:
+                    # Never answer from content that no longer exists.
+                    store.remove_documents([src.doc_id])
+                    entry["removed_previous_version"] = True
+                report.failed.append(entry)
                 status = None
             if status:
                 getattr(report, status).append(src.doc_id)
-                if status != "unchanged":
-                    touched.append(src.doc_id)
             if progress:
                 progress("parsing", 1, len(sources))
-        if path.is_dir() and not options.keep_missing:
-            gone = sorted(d for d, (_, r, _) in known.items() if r == str(root) and d not in seen)
-            if options.format == "auto":
-                gone = [d for d in gone if _selected(d, options.include, options.exclude)]
+        if not options.keep_missing:
+            gone = sorted(set(gone) - seen)
             store.remove_documents(gone)
             report.removed.extend(gone)
     store.manifest["last_ingest"] = now_iso()
@@ -159,18 +207,32 @@ def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None 
     return report
 
 
-def _ingest_one(store: Store, src: _Source, root: Path, known: dict, meta_json: str, options: IngestOptions) -> str:
+def _root_for(path: Path, roots: set[str]) -> Path | None:
+    """The longest existing ingest root that contains ``path`` (or is it)."""
+    best = None
+    for r in roots:
+        rp = Path(r)
+        if path.is_relative_to(rp) and (best is None or len(rp.parts) > len(best.parts)):
+            best = rp
+    return best
+
+
+def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
+                options: IngestOptions) -> str:
+    from .store import fingerprint
+
     prev = known.get(src.doc_id)
-    if prev and prev[1] != str(root):
-        raise ParseError(f"document id {src.doc_id!r} already comes from {prev[1]}: ingest one root per id")
+    if prev and prev[0] != root:
+        if not Path(prev[0]).is_relative_to(Path(root)):
+            raise ParseError(f"document id {src.doc_id!r} already comes from {prev[0]}: ingest one root per id")
+        prev = None  # the same file was ingested before from a nested root: it moves to this one
     if src.beir is not None:
         sha = src.beir["hash"]
+        data = mtime = None
     else:
-        size = src.path.stat().st_size
-        if size > options.max_file_size:
-            raise ParseError(f"{size} bytes is larger than --max-file-size {options.max_file_size}")
-        sha = sha256_bytes(src.path.read_bytes())
-    if prev and prev[0] == sha and prev[2] == meta_json:
+        data, mtime = read_file(src.path, options.max_file_size)
+        sha = sha256_bytes(data)
+    if prev and prev[1] == fingerprint(sha, meta_json, opts_json):
         return "unchanged"
     if src.beir is not None:
         doc: ParsedDocument = beir_document(src.doc_id, src.beir["title"], src.beir["text"], sha)
@@ -178,27 +240,35 @@ def _ingest_one(store: Store, src: _Source, root: Path, known: dict, meta_json: 
         if not doc.blocks:
             raise ParseError("record has neither title nor text")
     else:
-        doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size)
-    store.put_document(doc, str(root), json.loads(meta_json))
+        doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size,
+                         data=data, mtime=mtime)
+    store.put_document(doc, root, json.loads(meta_json), json.loads(opts_json))
     return "updated" if prev else "added"
 
 
 def chunk(store: Store, params: ChunkParams | None = None, *, embedder=None, all_documents: bool = False,
           progress: Progress | None = None) -> int:
-    """Chunk every document not yet chunked with these parameters (all of them with all_documents)."""
+    """Chunk every document not yet chunked with these parameters (all of them with all_documents).
+
+    Without ``params`` the store's own chunking parameters are used (defaults for a new store).
+    """
     embedder = embedder or _embedder_for(store)
     if params is None:
         params = ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else ChunkParams()
     params = params.resolved(embedder.max_tokens)
-    todo = store.documents_to_chunk(params)
     if all_documents:
         todo = [r[0] for r in store.db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
+    else:
+        todo = store.documents_to_chunk(params)
     cb = (lambda n: progress("chunking", n, len(todo))) if progress else None
     return store.chunk_documents(todo, params, embedder.count_tokens, progress=cb)
 
 
 def index(store: Store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None) -> IndexReport:
+    """Chunk documents that have no chunks yet (e.g. after --parse-only), then sync both indexes."""
     embedder = embedder or _embedder_for(store)
+    if store.documents_to_chunk():
+        chunk(store, embedder=embedder, progress=progress)
     return store.sync_indexes(embedder, progress=progress, rebuild=rebuild)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -84,32 +85,43 @@ def load_questions(path: str | Path, *, qrels: str | Path | None = None, split: 
             raise InputError(f"{qrels_file} not found: pass --split or --qrels")
         return _from_queries_and_qrels(path.name, queries, qrels_file)
     if qrels:
+        if not Path(qrels).is_file():
+            raise InputError(f"--qrels {qrels}: no such file")
         return _from_queries_and_qrels(path.stem, path, Path(qrels))
     return _load_native(path)
+
+
+def _lines(path: Path):
+    """(line number, text) of a UTF-8 file, or InputError naming the line that is not UTF-8."""
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"{path}:{lineno}: not UTF-8: save the file as UTF-8") from None
 
 
 def _load_native(path: Path) -> QuestionSet:
     qs = QuestionSet(path.stem, [])
     seen: dict[str, int] = {}
     src = str(path)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as exc:
-                raise InputError(f"{src}:{lineno}: not valid JSON ({exc.msg}): one JSON object per line") from None
-            if not isinstance(rec, dict):
-                raise InputError(f"{src}:{lineno}: expected a JSON object with id, question, relevant")
-            q = _question(rec, src, lineno, qs.issues)
-            if q is None:
-                continue
-            if q.id in seen:
-                qs.issues.append(LintIssue(src, lineno, f"duplicate id {q.id!r} (first on line {seen[q.id]})", True))
-                continue
-            seen[q.id] = lineno
-            qs.questions.append(q)
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{src}:{lineno}: not valid JSON ({exc.msg}): one JSON object per line") from None
+        if not isinstance(rec, dict):
+            raise InputError(f"{src}:{lineno}: expected a JSON object with id, question, relevant")
+        q = _question(rec, src, lineno, qs.issues)
+        if q is None:
+            continue
+        if q.id in seen:
+            qs.issues.append(LintIssue(src, lineno, f"duplicate id {q.id!r} (first on line {seen[q.id]})", True))
+            continue
+        seen[q.id] = lineno
+        qs.questions.append(q)
     if not qs.questions:
         fatal = [i for i in qs.issues if i.fatal]
         raise InputError(str(fatal[0]) if fatal else f"{src}: no questions found")
@@ -159,25 +171,26 @@ def _question(rec: dict, src: str, lineno: int, issues: list[LintIssue]) -> Ques
 def _from_queries_and_qrels(name: str, queries: Path, qrels: Path) -> QuestionSet:
     qs = QuestionSet(name, [])
     texts: dict[str, tuple[str, int]] = {}
-    with queries.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            if queries.suffix == ".jsonl":
-                try:
-                    rec = json.loads(line)
-                    texts[str(rec["_id"])] = (str(rec["text"]), lineno)
-                except (ValueError, KeyError, TypeError):
-                    raise InputError(f"{queries}:{lineno}: expected a BEIR query {{\"_id\", \"text\"}}") from None
-            else:
-                qid, sep, text = line.rstrip("\n").partition("\t")
-                if not sep:
-                    raise InputError(f"{queries}:{lineno}: expected 'query-id<TAB>text'")
-                texts[qid] = (text, lineno)
+    for lineno, line in _lines(queries):
+        if not line.strip():
+            continue
+        if queries.suffix == ".jsonl":
+            try:
+                rec = json.loads(line)
+                texts[str(rec["_id"])] = (str(rec["text"]), lineno)
+            except (ValueError, KeyError, TypeError):
+                raise InputError(f"{queries}:{lineno}: expected a BEIR query {{\"_id\", \"text\"}}") from None
+        else:
+            qid, sep, text = line.rstrip("\n").partition("\t")
+            if not sep:
+                raise InputError(f"{queries}:{lineno}: expected 'query-id<TAB>text'")
+            texts[qid] = (text, lineno)
     judged: dict[str, dict[str, float]] = {}
     for lineno, (qid, doc, grade) in _read_qrels(qrels):
         judged.setdefault(qid, {})[doc] = grade
     for qid, rels in judged.items():
+        if not any(g >= 1 for g in rels.values()):
+            continue  # judged, nothing relevant: not a question to score (as BEIR and ranx do)
         if qid not in texts:
             qs.issues.append(LintIssue(str(qrels), None, f"query {qid!r} is judged but has no text in {queries.name}"))
             continue
@@ -194,29 +207,28 @@ def _from_queries_and_qrels(name: str, queries: Path, qrels: Path) -> QuestionSe
 
 def _read_qrels(path: Path):
     """BEIR TSV (query-id, corpus-id, score, with a header) or TREC (qid 0 docid rel)."""
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if lineno == 1 and parts[0] in ("query-id", "query_id", "qid"):
-                continue
-            if len(parts) == 3:
-                qid, doc, grade = parts
-            elif len(parts) == 4:
-                qid, _, doc, grade = parts
-            else:
-                raise InputError(f"{path}:{lineno}: expected 'qid docid grade' (BEIR) or 'qid 0 docid grade' (TREC)")
-            try:
-                yield lineno, (qid, doc, float(grade))
-            except ValueError:
-                raise InputError(f"{path}:{lineno}: grade {grade!r} is not a number") from None
+    for lineno, line in _lines(path):
+        parts = line.split()
+        if not parts:
+            continue
+        if lineno == 1 and parts[0] in ("query-id", "query_id", "qid"):
+            continue
+        if len(parts) == 3:
+            qid, doc, grade = parts
+        elif len(parts) == 4:
+            qid, _, doc, grade = parts
+        else:
+            raise InputError(f"{path}:{lineno}: expected 'qid docid grade' (BEIR) or 'qid 0 docid grade' (TREC)")
+        try:
+            yield lineno, (qid, doc, float(grade))
+        except ValueError:
+            raise InputError(f"{path}:{lineno}: grade {grade!r} is not a number") from None
 
 
 def lint_against_store(qs: QuestionSet, store) -> None:
     """Add issues for documents the store does not hold and evidence no document contains."""
     docs = {r[0] for r in store.db.execute("SELECT doc_id FROM documents")}
-    texts: dict[str, str] = {}
+    texts: dict[str, str] = {}  # raw document text, fetched once per document
     for q in qs.questions:
         for r in q.relevant:
             if r.doc not in docs:
@@ -225,16 +237,36 @@ def lint_against_store(qs: QuestionSet, store) -> None:
                 continue
             if r.evidence:
                 if r.doc not in texts:
-                    row = store.db.execute("SELECT text FROM documents WHERE doc_id=?", (r.doc,)).fetchone()
-                    texts[r.doc] = normalize(row[0])
-                if normalize(r.evidence) not in texts[r.doc]:
+                    texts[r.doc] = store.db.execute("SELECT text FROM documents WHERE doc_id=?", (r.doc,)).fetchone()[0]
+                if not contains_evidence(texts[r.doc], r.evidence):
                     qs.issues.append(LintIssue(qs.name, q.line, f"question {q.id!r}: evidence {r.evidence!r} "
                                                                f"does not occur in {r.doc}"))
 
 
-def normalize(text: str) -> str:
-    """Casefolded words only: evidence matches across Markdown, table and CSV punctuation."""
-    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+
+
+@lru_cache(maxsize=4096)
+def evidence_regex(evidence: str) -> re.Pattern | None:
+    """Match evidence as whole words in order, ignoring case and any punctuation or markup
+    between them (Markdown, table pipes, CSV commas); CJK characters are words of their own."""
+    tokens = _TOKEN.findall(evidence)
+    if not tokens:
+        return None
+    cjk = [bool(re.match(f"[{_CJK}]", t)) for t in tokens]
+    parts = ["" if cjk[0] else r"(?<![^\W_])"]
+    for i, tok in enumerate(tokens):
+        if i:
+            parts.append(r"[\W_]*" if cjk[i] or cjk[i - 1] else r"[\W_]+")
+        parts.append(re.escape(tok))
+    parts.append("" if cjk[-1] else r"(?![^\W_])")
+    return re.compile("".join(parts), re.IGNORECASE)
+
+
+def contains_evidence(text: str, evidence: str) -> bool:
+    pattern = evidence_regex(evidence)
+    return bool(pattern and pattern.search(text))
 
 
 def write_trec_qrels(path: Path, qrels: dict[str, dict[str, float]]) -> None:
@@ -243,7 +275,7 @@ def write_trec_qrels(path: Path, qrels: dict[str, dict[str, float]]) -> None:
     with path.open("w", encoding="utf-8") as fh:
         for qid, rels in qrels.items():
             for doc, grade in rels.items():
-                fh.write(f"{qid} 0 {trec_id(doc)} {int(grade) if float(grade).is_integer() else grade}\n")
+                fh.write(f"{trec_id(qid)} 0 {trec_id(doc)} {int(grade) if float(grade).is_integer() else grade}\n")
 
 
 __all__ = ["Question", "QuestionSet", "Relevant", "LintIssue", "load_questions", "lint_against_store"]

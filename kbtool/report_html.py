@@ -51,10 +51,12 @@ def render_html(data: dict) -> str:
     charts = "".join(
         _line_chart(base, ks, {m: [metrics[m][f"{base}@{k}"] for k in ks] for m in modes})
         for base in data["config"]["metrics"]
-    )
+    ) if data["question_set"]["answerable"] else "<p>No answerable question: nothing to plot.</p>"
     names = [f"{b}@{k}" for b in data["config"]["metrics"] for k in ks]
     summary = _table(["metric", *modes], [[n, *[metrics[m][n] for m in modes]] for n in names])
-    headline = [n for n in ("hit_rate@5", "mrr@10", "ndcg@10") if n in names] or names[:3]
+    from .evaluate import HEADLINE, primary_mode
+
+    headline = [n for n in HEADLINE if n in names] or names[:3]
     tag_rows = []
     for tag, entry in data["by_tag"].items():
         row = [tag, entry["count"]]
@@ -73,8 +75,6 @@ def render_html(data: dict) -> str:
             [[n, per[n]["best_single"], per[n]["best_single_value"], per[n]["value"], per[n]["delta"]]
              for n in headline])
     misses = []
-    from .evaluate import primary_mode
-
     primary = primary_mode(modes)
     for q in data["per_question"]:
         rank = q["modes"][primary]["first_relevant_rank"]

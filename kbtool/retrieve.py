@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from .errors import InputError
+from .errors import InputError, UsageError
 from .fusion import RRF_K, rrf, weighted
 
 MODES = ("hybrid", "dense", "bm25")
@@ -35,7 +35,7 @@ def parse_mode(mode: str) -> tuple[str, float | None]:
                 return "weighted", w
     except ValueError:
         pass
-    raise InputError(f"unknown mode {mode!r}: use {MODE_HELP}")
+    raise UsageError(f"unknown mode {mode!r}: use {MODE_HELP}")
 
 
 @dataclass
@@ -99,7 +99,7 @@ class Retriever:
         """
         parsed = {m: parse_mode(m) for m in modes}
         if top_k < 1:
-            raise InputError("--top-k must be at least 1")
+            raise UsageError("--top-k must be at least 1")
         filters = {**self.config.filters, **(filters or {})}
         if filters:
             unknown = set(filters) - self.store.metadata_keys()
@@ -124,7 +124,8 @@ class Retriever:
                     elif kind == "bm25":
                         fused = b
                     elif kind == "rrf":
-                        fused = rrf([[c for c, _ in d], [c for c, _ in b]], k=arg)
+                        k = self.config.rrf_k if mode == "hybrid" else arg
+                        fused = rrf([[c for c, _ in d], [c for c, _ in b]], k=k)
                     else:
                         fused = weighted(d, b, arg)
                     out[mode].append(self._hits(fused[:top_k], d, b))

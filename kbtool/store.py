@@ -20,8 +20,8 @@ import numpy as np
 from . import __version__
 from .analyzer import Analyzer, AnalyzerConfig
 from .catalog import connect, migrate
-from .chunk import ChunkParams, chunk_blocks
-from .errors import ModelMismatchError, StoreError
+from .chunk import ChunkParams, chunk_blocks, embed_text
+from .errors import InputError, ModelMismatchError, StoreError
 from .parse import Block, ParsedDocument
 
 FORMAT_VERSION = 1
@@ -73,19 +73,22 @@ class Store:
     def open(cls, path: str | Path | None = None, *, create: bool = False, model: str | None = None) -> "Store":
         path = Path(path) if path else default_store_path()
         manifest_file = path / "manifest.json"
+        if path.exists() and not path.is_dir():
+            raise StoreError(f"{path} is a file, not a kbtool store: choose another --store")
         if not manifest_file.exists():
             if not create:
                 raise StoreError(f"no kbtool store at {path}: run `kbtool ingest <folder>` first, or pass --store")
             if path.exists() and any(path.iterdir()):
                 raise StoreError(f"{path} exists and is not a kbtool store: choose another --store")
-            from .embed import DEFAULT_MODEL
+            from .embed import resolve_model_path
 
+            resolve_model_path(model or "all-MiniLM-L6-v2")  # fail before anything is written
             path.mkdir(parents=True, exist_ok=True)
             manifest = {
                 "format_version": FORMAT_VERSION,
                 "kbtool_version": __version__,
                 "created_at": now_iso(),
-                "embedding": {"model": _model_id(model or DEFAULT_MODEL), "dim": None, "max_tokens": None},
+                "embedding": {"model": _model_id(model), "dim": None, "max_tokens": None},
                 "chunking": None,
                 "analyzer": AnalyzerConfig().to_dict(),
                 "bm25": dict(BM25_PARAMS),
@@ -150,24 +153,28 @@ class Store:
 
     # ---- documents -----------------------------------------------------------------------
     def document_hashes(self) -> dict[str, tuple[str, str, str]]:
-        """doc_id -> (sha256, root, metadata json)."""
-        rows = self.db.execute("SELECT doc_id, sha256, root, metadata FROM documents")
-        return {r["doc_id"]: (r["sha256"], r["root"], r["metadata"]) for r in rows}
+        """doc_id -> (root, fingerprint): the fingerprint changes with content, metadata or parse options."""
+        rows = self.db.execute("SELECT doc_id, sha256, root, metadata, options FROM documents")
+        return {r["doc_id"]: (r["root"], fingerprint(r["sha256"], r["metadata"], r["options"])) for r in rows}
 
-    def put_document(self, doc: ParsedDocument, root: str, metadata: dict | None = None) -> None:
+    def put_document(self, doc: ParsedDocument, root: str, metadata: dict | None = None,
+                     options: dict | None = None) -> None:
         """Insert or replace a parsed document; its old chunks go and it awaits chunking."""
         meta = json.dumps(metadata or {}, sort_keys=True)
         blocks = json.dumps([b.to_dict() for b in doc.blocks], ensure_ascii=False)
+        bad = RESERVED_META & set(metadata or {})
+        if bad:
+            raise InputError(f"metadata key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
         with self._tx():
-            had_chunks = self.db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,)).rowcount
+            self.db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,))
             self.db.execute(
                 "INSERT OR REPLACE INTO documents (doc_id, root, path, sha256, size, mtime, filetype, title,"
-                " metadata, text, blocks, ingested_at, chunked_with) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                " metadata, text, blocks, ingested_at, chunked_with, options) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
                 (doc.doc_id, root, doc.path, doc.sha256, doc.size, doc.mtime, doc.filetype, doc.title,
-                 meta, doc.text, blocks, now_iso()),
+                 meta, doc.text, blocks, now_iso(), json.dumps(options or {}, sort_keys=True)),
             )
-            if had_chunks:
-                self._bump()
+            # A new or changed document leaves the indexes behind until it is chunked and indexed.
+            self._bump()
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
         removed = 0
@@ -178,16 +185,14 @@ class Store:
                 self._bump()
         return removed
 
-    def documents_to_chunk(self, params: ChunkParams, doc_ids: Iterable[str] | None = None) -> list[str]:
-        key = json.dumps(params.to_dict(), sort_keys=True)
+    def documents_to_chunk(self, params: ChunkParams | None = None) -> list[str]:
+        """Documents not chunked yet, or (with params) not chunked with these parameters."""
+        key = json.dumps(params.to_dict(), sort_keys=True) if params else ""
         rows = self.db.execute(
-            "SELECT doc_id FROM documents WHERE chunked_with IS NULL OR chunked_with != ? ORDER BY doc_id", (key,)
+            "SELECT doc_id FROM documents WHERE chunked_with IS NULL OR (? != '' AND chunked_with != ?)"
+            " ORDER BY doc_id", (key, key),
         )
-        todo = [r[0] for r in rows]
-        if doc_ids is not None:
-            wanted = set(doc_ids)
-            todo = [d for d in todo if d in wanted]
-        return todo
+        return [r[0] for r in rows]
 
     def chunk_documents(self, doc_ids: list[str], params: ChunkParams, count: Callable[[str], int],
                         progress: Progress | None = None) -> int:
@@ -255,7 +260,10 @@ class Store:
         ``progress(stage, advance, total)`` is called as vectors are computed.
         """
         if rebuild:
+            # Mark the indexes stale first: an interrupted rebuild must not look current.
+            self.manifest["indexed_generation"] = -1
             self.manifest["embedding"] = {"model": embedder.model_id, "dim": None, "max_tokens": None}
+            self.save_manifest()
             self._drop_collection()
         self.check_model(embedder.model_id)
         report = IndexReport()
@@ -275,7 +283,7 @@ class Store:
         missing = {}
         for r in todo:
             if r["content_hash"] not in vectors:
-                missing.setdefault(r["content_hash"], _embed_text(r["prefix"], r["text"]))
+                missing.setdefault(r["content_hash"], embed_text(r["prefix"], r["text"]))
         if missing:
             hashes = list(missing)
             total = len(hashes)
@@ -305,7 +313,7 @@ class Store:
         if rebuild or todo or to_delete or not BM25Index.exists(bm25_dir):
             BM25Index.build(
                 bm25_dir, [r["chunk_id"] for r in rows],
-                [self.analyzer(_embed_text(r["prefix"], r["text"])) for r in rows], self.manifest["bm25"],
+                [self.analyzer(embed_text(r["prefix"], r["text"])) for r in rows], self.manifest["bm25"],
             )
             self._bm25 = None
             report.bm25_rebuilt = True
@@ -485,8 +493,8 @@ class BM25Index:
         return ranked[:k]
 
 
-def _embed_text(prefix: str, text: str) -> str:
-    return f"{prefix}\n\n{text}" if prefix else text
+def fingerprint(sha256: str, metadata: str, options: str) -> str:
+    return f"{sha256}|{metadata}|{options}"
 
 
 def _index_hash(content_hash: str, meta: str) -> str:
@@ -495,10 +503,10 @@ def _index_hash(content_hash: str, meta: str) -> str:
     return hashlib.sha256((content_hash + meta).encode()).hexdigest()[:32]
 
 
-def _model_id(model: str) -> str:
-    from .embed import _BUNDLED_ALIASES, DEFAULT_MODEL
+def _model_id(model: str | None) -> str:
+    from .embed import canonical_model_id
 
-    return DEFAULT_MODEL if model in _BUNDLED_ALIASES else model
+    return canonical_model_id(model)
 
 
 def _write_json(path: Path, data: dict) -> None:

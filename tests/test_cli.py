@@ -73,6 +73,8 @@ def test_errors_are_one_line_with_exit_codes(docs, tmp_path):
     r = run("query", "x", "--store", kb, "--model", "some/other-model")
     assert r.exit_code == 1 and "--rebuild" in r.stderr
     assert run("ingest", tmp_path / "missing", "--store", kb).exit_code == 2
+    assert run("ingest", docs, "--store", kb, "--meta", "page=1").exit_code == 2
+    assert run("ingest", docs, "--store", kb, "--encoding", "klingon").exit_code == 2
     assert run("ingest", docs, "--store", kb, "--format", "xml").exit_code == 2
     assert run("ingest", docs, "--store", kb, "--bogus").exit_code == 2
 

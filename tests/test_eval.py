@@ -220,6 +220,60 @@ def test_cli_eval_errors(sample_store, tmp_path):
     assert runner.invoke(app, ["eval", str(strict), "--store", store, "-q"]).exit_code == 0
     r = runner.invoke(app, ["eval", str(strict), "--store", store, "--strict"])
     assert r.exit_code == 1 and "nope.md" in r.stderr
-    assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--metrics", "ndgc"]).exit_code == 1
+    assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--metrics", "ndgc"]).exit_code == 2
     assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--k", "ten"]).exit_code == 2
     assert runner.invoke(app, ["eval", str(tmp_path / "none.jsonl"), "--store", store]).exit_code == 1
+
+
+def test_all_unanswerable_set_reports_refusals_only(sample_store, retriever, tmp_path):
+    path = write(tmp_path / "u.jsonl", '{"id": "u1", "question": "how do I bake bread", "relevant": []}\n')
+    report = evaluate(sample_store, load_questions(path), EvalConfig(thresholds={"dense": 0.9}), retriever=retriever)
+    data = report.to_dict()
+    assert data["metrics"]["hybrid"]["ndcg@10"] is None and data["fused_vs_best_single"] == {}
+    assert data["refusal"]["dense"]["correctly_refused"] == 1
+    r = runner.invoke(app, ["eval", str(path), "--store", str(sample_store.path), "-q", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+
+
+def test_evidence_matches_whole_words_only(sample_store, retriever, tmp_path):
+    path = write(tmp_path / "e.jsonl", "\n".join([
+        '{"id": "whole", "question": "TW-E5120", "relevant": [{"doc": "manual/troubleshooting.md", '
+        '"evidence": "cannot read from or write to its block storage"}]}',
+        '{"id": "part", "question": "TW-E5120", "relevant": [{"doc": "manual/troubleshooting.md", '
+        '"evidence": "annot read from or write to its block stor"}]}',
+    ]) + "\n")
+    qs = load_questions(path)
+    from kbtool.questions import lint_against_store
+
+    lint_against_store(qs, sample_store)
+    assert len(qs.issues) == 1 and "'part'" in str(qs.issues[0])
+    report = evaluate(sample_store, qs, EvalConfig(modes=["bm25"], ks=[10]), retriever=retriever)
+    hits = {r.question.id: r.modes["bm25"].metrics["hit_rate@10"] for r in report.results}
+    assert hits == {"whole": 1.0, "part": 0.0}
+
+
+def test_unreadable_sets_and_missing_qrels_are_one_line_errors(tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes('{"id": "a", "question": "caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(InputError, match="latin1.jsonl:1: not UTF-8"):
+        load_questions(bad)
+    write(tmp_path / "q.jsonl", '{"_id": "q1", "text": "x"}\n')
+    with pytest.raises(InputError, match="no such file"):
+        load_questions(tmp_path / "q.jsonl", qrels=tmp_path / "nope.tsv")
+
+
+def test_grade_zero_only_queries_are_not_questions(tmp_path):
+    write(tmp_path / "q.jsonl", '{"_id": "q1", "text": "x"}\n{"_id": "q2", "text": "y"}\n')
+    write(tmp_path / "qrels.tsv", "q1 d1 0\nq2 d2 1\n")
+    assert [q.id for q in load_questions(tmp_path / "q.jsonl", qrels=tmp_path / "qrels.tsv").questions] == ["q2"]
+
+
+def test_trec_ids_with_spaces_stay_parseable(sample_store, retriever, tmp_path):
+    ranx = pytest.importorskip("ranx")
+    path = write(tmp_path / "s.jsonl", '{"id": "q 1", "question": "TW-E5120", '
+                                       '"relevant": ["manual/troubleshooting.md"]}\n')
+    report = evaluate(sample_store, load_questions(path), EvalConfig(modes=["bm25"], ks=[10]), retriever=retriever)
+    write_outputs(report, tmp_path / "out")
+    run = ranx.Run.from_file(str(tmp_path / "out" / "run.bm25.trec"), kind="trec")
+    qrels = ranx.Qrels.from_file(str(tmp_path / "out" / "qrels.trec"), kind="trec")
+    assert ranx.evaluate(qrels, run, "ndcg@10") == pytest.approx(report.metrics()["bm25"]["ndcg@10"], abs=1e-6)

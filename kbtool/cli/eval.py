@@ -43,12 +43,13 @@ def eval_(
     Exit codes: 0 all gates pass, 3 a gate failed, 1 an error (e.g. a malformed question set).
     """
     from ..errors import InputError
-    from ..evaluate import (EvalConfig, check_gates, compare_to_baseline, evaluate, significant_regressions,
-                            write_outputs)
+    from ..evaluate import (DEFAULT_KS, DEFAULT_MODES, EvalConfig, check_gates, compare_to_baseline, evaluate,
+                            significant_regressions, write_outputs)
+    from ..metrics import DEFAULT_METRICS
     from ..questions import lint_against_store, load_questions
 
     try:
-        ks = [int(x) for x in _csv(k)] or [1, 3, 5, 10]
+        ks = [int(x) for x in _csv(k)] or list(DEFAULT_KS)
     except ValueError:
         raise typer.BadParameter(f"{k}: whole numbers, e.g. 1,3,5,10", param_hint="--k") from None
     thresholds = {}
@@ -57,8 +58,7 @@ def eval_(
             thresholds[mode] = float(value)
         except ValueError:
             raise typer.BadParameter(f"{mode}={value}: the score must be a number", param_hint="--threshold") from None
-    config = EvalConfig(modes=_csv(modes) or ["bm25", "dense", "hybrid"], ks=ks,
-                        metrics=_csv(metrics) or ["hit_rate", "mrr", "ndcg", "recall", "precision", "map"],
+    config = EvalConfig(modes=_csv(modes) or list(DEFAULT_MODES), ks=ks, metrics=_csv(metrics) or list(DEFAULT_METRICS),
                         level=level, depth=depth, thresholds=thresholds, filters=parse_pairs(filter_, "--filter"))
     config.validate()
     baseline_data = None
@@ -73,8 +73,7 @@ def eval_(
     lint_against_store(qs, kb)
     fatal = [i for i in qs.issues if i.fatal or strict]
     if fatal:
-        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}"
-                         + ("" if strict else " (fix the line)") )
+        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
     if not quiet:
         for issue in qs.issues[:20]:
             err.print(f"[yellow]warning[/] {issue}", highlight=False)

@@ -11,6 +11,13 @@ def _f(v) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _best(values: list) -> list[str]:
+    """Format a row, the best value in bold."""
+    known = [v for v in values if v is not None]
+    best = max(known) if known else None
+    return [f"[bold]{_f(v)}[/]" if v is not None and v == best else _f(v) for v in values]
+
+
 def render(report, console) -> None:
     data = report.to_dict()
     modes = data["config"]["modes"]
@@ -26,9 +33,7 @@ def render(report, console) -> None:
     for f in deltas:
         table.add_column(f"Δ {f} vs best single", justify="right")
     for name in report.config.metric_names():
-        values = [data["metrics"][m][name] for m in modes]
-        best = max(values)
-        cells = [f"[bold]{_f(v)}[/]" if v == best else _f(v) for v in values]
+        cells = _best([data["metrics"][m][name] for m in modes])
         for f, per in deltas.items():
             d = per[name]
             color = "green" if d["delta"] > 0 else ("red" if d["delta"] < 0 else "")
@@ -48,10 +53,8 @@ def render(report, console) -> None:
                 tags.add_row(tag, str(entry["count"]), "refused", *cells, end_section=True)
                 continue
             for i, n in enumerate(headline):
-                values = [entry["metrics"][m][n] for m in modes]
-                best = max(values)
                 tags.add_row(tag if i == 0 else "", str(entry["answerable"]) if i == 0 else "", n,
-                             *[f"[bold]{_f(v)}[/]" if v == best else _f(v) for v in values],
+                             *_best([entry["metrics"][m][n] for m in modes]),
                              end_section=i == len(headline) - 1)
         console.print(tags)
 

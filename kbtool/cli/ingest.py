@@ -36,11 +36,6 @@ def ingest(
     from ..pipeline import IngestOptions
     from ..pipeline import ingest as run_ingest
 
-    for p in paths:
-        if not p.exists():
-            raise typer.BadParameter(f"{p}: no such file or folder", param_hint="PATHS")
-    if format not in ("auto", "beir"):
-        raise typer.BadParameter(f"{format!r}: use auto or beir", param_hint="--format")
     options = IngestOptions(
         include=include or [], exclude=exclude or [], format=format, metadata=parse_pairs(meta, "--meta"),
         parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,

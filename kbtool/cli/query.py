@@ -20,13 +20,9 @@ def query(
     json_: JsonOpt = False,
 ):
     """Search the store."""
-    from ..errors import InputError
     from ..retrieve import Retriever, parse_mode
 
-    try:
-        parse_mode(mode)
-    except InputError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--mode") from None
+    parse_mode(mode)
     if not text.strip():
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
     kb = open_store(store)
