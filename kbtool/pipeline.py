@@ -66,7 +66,11 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
     """Regular files under ``walk`` (resolved), sorted, with ids relative to ``base``; hidden entries
     skipped; a symlink is read only if it resolves to a regular file inside ``walk``."""
     for dirpath, dirnames, filenames in os.walk(walk, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for d in dirnames:
+            if not d.startswith(".") and (Path(dirpath) / d).is_symlink():
+                rel = (Path(dirpath) / d).relative_to(base).as_posix()
+                skipped.append({"path": rel + "/", "reason": "symlinked folder (not followed)"})
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (Path(dirpath) / d).is_symlink())
         for name in sorted(filenames):
             if name.startswith("."):
                 continue

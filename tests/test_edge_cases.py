@@ -28,11 +28,13 @@ def test_broken_links_loops_and_fifos_are_skipped_not_fatal(tmp_path, store, emb
     os.symlink("missing.md", docs / "broken.md")
     os.symlink("loop.md", docs / "loop.md")
     os.mkfifo(docs / "pipe.md")
+    write(tmp_path / "elsewhere/secret.md", "# Secret\n\nnot to be read\n")
+    os.symlink(tmp_path / "elsewhere", docs / "linked")
     report = ingest(store, [docs], embedder=embedder)
     assert report.added == ["a.md"]
     reasons = {s["path"]: s["reason"] for s in report.skipped}
     assert "broken" in reasons["broken.md"] and "loop" in reasons["loop.md"]
-    assert "regular" in reasons["pipe.md"]
+    assert "regular" in reasons["pipe.md"] and "not followed" in reasons["linked/"]
 
 
 def test_heading_only_documents_are_still_indexed(tmp_path, store, embedder):
