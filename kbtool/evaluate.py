@@ -8,6 +8,7 @@ the README, and ``write_outputs()`` writes it with a per-question CSV, TREC runs
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -39,6 +40,9 @@ class EvalConfig:
         return [f"{m}@{k}" for m in self.metrics for k in sorted(set(self.ks))]
 
     def validate(self) -> None:
+        self.modes = list(dict.fromkeys(self.modes))
+        self.metrics = list(dict.fromkeys(self.metrics))
+        self.ks = sorted(set(self.ks))
         if not self.modes:
             raise UsageError("no modes to evaluate")
         for mode in self.modes:
@@ -50,6 +54,8 @@ class EvalConfig:
             raise UsageError("--k values must be >= 1")
         if self.level not in ("auto", "doc", "chunk"):
             raise UsageError(f"--level {self.level!r}: use auto, doc or chunk")
+        if any(not math.isfinite(v) for v in self.thresholds.values()):
+            raise UsageError("--threshold values must be finite numbers")
         unknown = set(self.thresholds) - set(self.modes)
         if unknown:
             raise UsageError(f"--threshold for mode(s) not evaluated: {', '.join(sorted(unknown))}")
@@ -245,19 +251,17 @@ def _doc_units(hits: list[Hit], q: Question):
 
 
 def _chunk_units(hits: list[Hit], q: Question, matcher: "_EvidenceMatcher"):
-    """Each relevant entry is one unit, credited at the first chunk that holds its evidence."""
+    """Each relevant entry is one unit, credited at the first chunk that holds it. A chunk that
+    holds several entries credits each of them, at consecutive ranks."""
     items = [(f"{r.doc}::{n}", r) for n, r in enumerate(q.relevant)]
     qrels = {uid: r.grade for uid, r in items}
     ranking, scores, matched = [], [], set()
     for h in hits:
-        unit = h.chunk_id
-        for uid, r in items:
-            if uid not in matched and r.doc == h.doc_id and matcher.matches(h, r):
-                matched.add(uid)
-                unit = uid
-                break
-        ranking.append(unit)
-        scores.append(h.score)
+        units = [uid for uid, r in items if uid not in matched and r.doc == h.doc_id and matcher.matches(h, r)]
+        matched.update(units)
+        for unit in units or [h.chunk_id]:
+            ranking.append(unit)
+            scores.append(h.score)
     return ranking, scores, qrels
 
 
@@ -282,7 +286,7 @@ class _EvidenceMatcher:
             return False
         if not r.evidence:
             return True
-        if contains_evidence(hit.text, r.evidence):
+        if contains_evidence(f"{hit.section_path}\n{hit.text}", r.evidence):  # headings are indexed too
             return True
         span = self.span(r.doc, r.evidence)
         if span is None:
@@ -317,18 +321,27 @@ def primary_mode(modes: Sequence[str]) -> str:
     return (fused or list(modes))[0]
 
 
-def check_gates(report: EvalReport, specs: Sequence[str]) -> bool:
-    default = primary_mode(report.config.modes)
-    ok = True
+def prepare_gates(specs: Sequence[str], config: EvalConfig, qs: QuestionSet) -> list[dict]:
+    """Parse and check every --fail-under before anything runs (a typo fails in a second, not after the run)."""
+    default = primary_mode(config.modes)
+    scorable_tags = {t for q in qs.questions if q.answerable for t in q.tags}
+    gates = []
     for spec in specs:
         gate = parse_gate(spec, default)
-        if gate["mode"] not in report.config.modes:
+        if gate["mode"] not in config.modes:
             raise UsageError(f"--fail-under {spec!r}: mode {gate['mode']!r} is not among --modes")
         base, k = parse_metric(gate["metric"])
-        if base not in report.config.metrics or k not in report.config.ks:
+        if base not in config.metrics or k not in config.ks:
             raise UsageError(f"--fail-under {spec!r}: {gate['metric']} is not computed (see --metrics and --k)")
-        if gate["tag"] and gate["tag"] not in report.tags():
-            raise UsageError(f"--fail-under {spec!r}: no question has tag {gate['tag']!r}")
+        if gate["tag"] and gate["tag"] not in scorable_tags:
+            raise UsageError(f"--fail-under {spec!r}: no answerable question has tag {gate['tag']!r}")
+        gates.append(gate)
+    return gates
+
+
+def check_gates(report: EvalReport, gates: list[dict]) -> bool:
+    ok = True
+    for gate in gates:
         actual = report.mean(gate["mode"], gate["metric"], gate["tag"])
         gate["actual"] = None if actual is None else round(actual, 6)
         gate["passed"] = actual is not None and actual >= gate["required"]
@@ -337,50 +350,86 @@ def check_gates(report: EvalReport, specs: Sequence[str]) -> bool:
     return ok
 
 
-def compare_to_baseline(report: EvalReport, baseline: dict, *, metric: str = "ndcg@10", alpha: float = 0.05,
-                        permutations: int = 10000, seed: int = 0) -> dict:
-    """Per-metric deltas with a paired randomisation (sign-flip) test on per-question scores."""
+def read_baseline(data, modes: Sequence[str]) -> dict[str, dict]:
+    """A previous run's per-question scores: {question id: {mode: {metric: float}}} for answerable
+    questions. Raises InputError when ``data`` is not a kbtool eval JSON or lacks the primary mode."""
+    bad = InputError("the baseline is not a kbtool eval JSON (per_question with modes and metrics): "
+                     "use the --json output or summary.json of a previous run")
+    if not isinstance(data, dict) or not isinstance(data.get("per_question"), list):
+        raise bad
+    out: dict[str, dict] = {}
+    for q in data["per_question"]:
+        if not isinstance(q, dict) or not isinstance(q.get("modes"), dict):
+            raise bad
+        if not q.get("answerable"):
+            continue
+        scores = {}
+        for mode, entry in q["modes"].items():
+            metrics = entry.get("metrics") if isinstance(entry, dict) else None
+            if not isinstance(metrics, dict) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values()):
+                raise bad
+            scores[mode] = {k: float(v) for k, v in metrics.items()}
+        out[str(q.get("id"))] = scores
+    primary = primary_mode(modes)
+    if not out or not all(primary in v for v in out.values()):
+        raise InputError(f"the baseline has no {primary!r} scores to compare with: run it with that mode")
+    return out
+
+
+def _holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone)."""
+    order = sorted(pvalues, key=pvalues.get)
+    m, running, out = len(order), 0.0, {}
+    for i, name in enumerate(order):
+        running = max(running, min(1.0, (m - i) * pvalues[name]))
+        out[name] = running
+    return out
+
+
+def compare_to_baseline(report: EvalReport, baseline: dict[str, dict], *, metric: str = "ndcg@10",
+                        alpha: float = 0.05, permutations: int = 10000, seed: int = 0) -> dict:
+    """Per-metric deltas with a paired randomisation (sign-flip) test on per-question scores.
+
+    ``baseline`` comes from ``read_baseline``. p-values are two-sided; ``significant`` uses the
+    Holm-adjusted p-value across the metrics of a mode, so many metrics do not inflate false alarms.
+    """
     import numpy as np
 
-    try:
-        base_q = {q["id"]: q for q in baseline["per_question"] if isinstance(q.get("modes"), dict)}
-    except (KeyError, TypeError, AttributeError):
-        raise InputError("the baseline is not a kbtool eval JSON (no per_question): "
-                         "use the --json output or summary.json of a previous run") from None
     rng = np.random.default_rng(seed)
     cur = {r.question.id: r for r in report.answerable()}
-    common = [qid for qid in cur if qid in base_q and base_q[qid].get("answerable")]
-    out: dict = {"questions_compared": len(common), "alpha": alpha, "permutations": permutations, "seed": seed,
-                 "modes": {}}
+    common = [qid for qid in cur if qid in baseline]
     if not common:
         raise InputError("the baseline shares no answerable question ids with this question set")
+    out: dict = {"questions_compared": len(common), "alpha": alpha, "permutations": permutations, "seed": seed,
+                 "correction": "holm", "modes": {}}
     signs = rng.choice([-1.0, 1.0], size=(permutations, len(common)))
     for mode in report.config.modes:
-        if not all(isinstance(base_q[q]["modes"].get(mode, {}).get("metrics"), dict) for q in common):
+        if not all(mode in baseline[q] for q in common):
             continue
-        per_metric = {}
+        per_metric, pvals, diffs_by_metric = {}, {}, {}
         for name in report.config.metric_names():
-            try:
-                b = np.array([float(base_q[q]["modes"][mode]["metrics"][name]) for q in common])
-            except (KeyError, TypeError, ValueError):
+            if not all(name in baseline[q][mode] for q in common):
                 continue
+            b = np.array([baseline[q][mode][name] for q in common])
             # The baseline went through JSON at 6 decimals: compare like with like.
             c = np.array([round(cur[q].modes[mode].metrics[name], 6) for q in common])
             d = np.where(np.abs(c - b) < 1e-9, 0.0, c - b)
             observed = abs(d.mean())
             p = float(((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum() + 1) / (permutations + 1))
-            if not d.any():
-                p = 1.0
+            pvals[name] = p if d.any() else 1.0
+            diffs_by_metric[name] = dict(zip(common, d))
             per_metric[name] = {"baseline": round(float(b.mean()), 6), "current": round(float(c.mean()), 6),
-                                "delta": round(float(d.mean()), 6), "p_value": round(p, 4),
-                                "significant": p < alpha and bool(d.any())}
+                                "delta": round(float(d.mean()), 6), "p_value": round(pvals[name], 4)}
+        for name, p_adj in _holm(pvals).items():
+            per_metric[name]["p_holm"] = round(p_adj, 4)
+            per_metric[name]["significant"] = p_adj < alpha
         entry = {"metrics": per_metric}
-        if metric in per_metric and per_metric[metric]:
-            diffs = {q: round(cur[q].modes[mode].metrics[metric], 6) - base_q[q]["modes"][mode]["metrics"][metric]
-                     for q in common}
+        if metric in diffs_by_metric:
+            diffs = diffs_by_metric[metric]
             entry["compared_on"] = metric
-            entry["better"] = sorted((q for q, v in diffs.items() if v > 1e-12), key=lambda q: -diffs[q])
-            entry["worse"] = sorted((q for q, v in diffs.items() if v < -1e-12), key=lambda q: diffs[q])
+            entry["better"] = sorted((q for q, v in diffs.items() if v > 0), key=lambda q: (-diffs[q], q))
+            entry["worse"] = sorted((q for q, v in diffs.items() if v < 0), key=lambda q: (diffs[q], q))
         out["modes"][mode] = entry
     report.baseline = out
     return out
@@ -426,7 +475,8 @@ def write_outputs(report: EvalReport, out_dir: Path) -> list[Path]:
     for mode in report.config.modes:
         path = out_dir / f"run.{_safe(mode)}.trec"
         with path.open("w", encoding="utf-8") as fh:
-            for r in report.results:
+            # Answerable questions only, like qrels.trec, so TREC tools see the same query set.
+            for r in report.answerable():
                 mr = r.modes[mode]
                 qid = trec_id(r.question.id)
                 for rank, (unit, s) in enumerate(zip(mr.ranking, mr.unit_scores), start=1):

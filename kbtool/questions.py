@@ -20,7 +20,7 @@ from functools import lru_cache
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, UsageError
 
 QUESTION_FIELDS = {"id", "question", "relevant", "tags", "notes"}
 RELEVANT_FIELDS = {"doc", "evidence", "section", "grade"}
@@ -69,13 +69,20 @@ class QuestionSet:
     name: str
     questions: list[Question]
     issues: list[LintIssue] = field(default_factory=list)
+    source: str = ""
 
 
 def load_questions(path: str | Path, *, qrels: str | Path | None = None, split: str = "test") -> QuestionSet:
     """Load a native JSONL set, a BEIR folder, or a queries file plus ``qrels`` (TREC or BEIR TSV)."""
     path = Path(path)
     if not path.exists():
-        raise InputError(f"{path}: no such question set")
+        raise UsageError(f"{path}: no such question set")
+    qs = _load(path, qrels, split)
+    qs.source = str(path)
+    return qs
+
+
+def _load(path: Path, qrels, split: str) -> QuestionSet:
     if path.is_dir():
         queries = path / "queries.jsonl"
         qrels_file = Path(qrels) if qrels else path / "qrels" / f"{split}.tsv"
@@ -157,14 +164,23 @@ def _question(rec: dict, src: str, lineno: int, issues: list[LintIssue]) -> Ques
             issues.append(LintIssue(src, lineno, f"unknown relevant field(s) {', '.join(sorted(bad))}; "
                                                  f"known: {', '.join(sorted(RELEVANT_FIELDS))}"))
         grade = item.get("grade", 1)
-        if not isinstance(grade, (int, float)) or isinstance(grade, bool) or grade < 0:
-            issues.append(LintIssue(src, lineno, f"grade {grade!r} must be a number >= 0", True))
+        # Whole numbers, as trec_eval and ranx read them (NaN and infinities are not).
+        if isinstance(grade, bool) or not isinstance(grade, (int, float)) or grade != grade \
+                or grade in (float("inf"), float("-inf")) or grade < 0 or int(grade) != grade:
+            issues.append(LintIssue(src, lineno, f"grade {grade!r} must be a whole number >= 0", True))
             return None
-        relevant.append(Relevant(item["doc"], float(grade), item.get("evidence") or None, item.get("section") or None))
+        for key in ("evidence", "section"):
+            if key in item and (not isinstance(item[key], str) or not item[key].strip()):
+                issues.append(LintIssue(src, lineno, f"{key} {item[key]!r} must be a non-empty string", True))
+                return None
+        relevant.append(Relevant(item["doc"], float(grade), item.get("evidence"), item.get("section")))
     tags = rec.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         issues.append(LintIssue(src, lineno, "tags must be a list of strings", True))
         return None
+    if relevant and not any(r.grade >= 1 for r in relevant):
+        issues.append(LintIssue(src, lineno, f"question {qid!r}: every relevant entry has grade 0, so it counts "
+                                             "as unanswerable (use an empty list to say so)"))
     return Question(str(qid), text.strip(), relevant, list(tags), lineno)
 
 
@@ -220,9 +236,12 @@ def _read_qrels(path: Path):
         else:
             raise InputError(f"{path}:{lineno}: expected 'qid docid grade' (BEIR) or 'qid 0 docid grade' (TREC)")
         try:
-            yield lineno, (qid, doc, float(grade))
+            value = float(grade)
         except ValueError:
-            raise InputError(f"{path}:{lineno}: grade {grade!r} is not a number") from None
+            value = -1.0
+        if not value.is_integer() or value < 0:
+            raise InputError(f"{path}:{lineno}: grade {grade!r} must be a whole number >= 0")
+        yield lineno, (qid, doc, value)
 
 
 def lint_against_store(qs: QuestionSet, store) -> None:
@@ -232,14 +251,14 @@ def lint_against_store(qs: QuestionSet, store) -> None:
     for q in qs.questions:
         for r in q.relevant:
             if r.doc not in docs:
-                qs.issues.append(LintIssue(qs.name, q.line, f"question {q.id!r} names document {r.doc!r}, "
+                qs.issues.append(LintIssue(qs.source or qs.name, q.line, f"question {q.id!r} names document {r.doc!r}, "
                                                            "which the store does not hold"))
                 continue
             if r.evidence:
                 if r.doc not in texts:
                     texts[r.doc] = store.db.execute("SELECT text FROM documents WHERE doc_id=?", (r.doc,)).fetchone()[0]
                 if not contains_evidence(texts[r.doc], r.evidence):
-                    qs.issues.append(LintIssue(qs.name, q.line, f"question {q.id!r}: evidence {r.evidence!r} "
+                    qs.issues.append(LintIssue(qs.source or qs.name, q.line, f"question {q.id!r}: evidence {r.evidence!r} "
                                                                f"does not occur in {r.doc}"))
 
 

@@ -8,8 +8,9 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17
 
 
 def _line_chart(title: str, ks: list[int], series: dict[str, list[float]]) -> str:
-    w, h, pad = 320, 200, 36
-    xs = {k: pad + (w - 2 * pad) * (i / max(1, len(ks) - 1)) for i, k in enumerate(ks)}
+    w, h, pad = 420, 200, 36
+    legend = 110  # room on the right for mode names
+    xs = {k: pad + (w - 2 * pad - legend) * (i / max(1, len(ks) - 1)) for i, k in enumerate(ks)}
 
     def y(v: float) -> float:
         return h - pad - (h - 2 * pad) * v
@@ -17,7 +18,7 @@ def _line_chart(title: str, ks: list[int], series: dict[str, list[float]]) -> st
     parts = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{escape(title)}">',
              f'<text x="{w / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>']
     for v in (0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{pad}" x2="{w - pad}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="g"/>'
+        parts.append(f'<line x1="{pad}" x2="{w - pad - legend}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="g"/>'
                      f'<text x="{pad - 4}" y="{y(v) + 4:.1f}" text-anchor="end" class="a">{v:g}</text>')
     for k in ks:
         parts.append(f'<text x="{xs[k]:.1f}" y="{h - pad + 14}" text-anchor="middle" class="a">@{k}</text>')
@@ -27,7 +28,7 @@ def _line_chart(title: str, ks: list[int], series: dict[str, list[float]]) -> st
         parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
         parts += [f'<circle cx="{xs[k]:.1f}" cy="{y(v):.1f}" r="3" fill="{color}"><title>{escape(mode)} @{k}: {v:.3f}</title></circle>'
                   for k, v in zip(ks, values)]
-        parts.append(f'<text x="{w - pad + 2}" y="{30 + 12 * i}" class="l" fill="{color}">{escape(mode)}</text>')
+        parts.append(f'<text x="{w - legend - pad + 8}" y="{30 + 12 * i}" class="l" fill="{color}">{escape(mode)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

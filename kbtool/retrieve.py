@@ -124,10 +124,13 @@ class Retriever:
                     elif kind == "bm25":
                         fused = b
                     elif kind == "rrf":
+                        # Fusion always sees the same candidate depth, whatever top_k asks for.
                         k = self.config.rrf_k if mode == "hybrid" else arg
-                        fused = rrf([[c for c, _ in d], [c for c, _ in b]], k=k)
+                        n = self.config.candidates
+                        fused = rrf([[c for c, _ in d[:n]], [c for c, _ in b[:n]]], k=k)
                     else:
-                        fused = weighted(d, b, arg)
+                        n = self.config.candidates
+                        fused = weighted(d[:n], b[:n], arg)
                     out[mode].append(self._hits(fused[:top_k], d, b))
             if progress:
                 progress(len(batch))

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.errors import InputError
-from kbtool.evaluate import EvalConfig, compare_to_baseline, evaluate, parse_gate, write_outputs
+from kbtool.evaluate import EvalConfig, compare_to_baseline, evaluate, parse_gate, read_baseline, write_outputs
 from kbtool.questions import load_questions
 
 from .conftest import ROOT, write
@@ -81,8 +81,8 @@ def test_lint_flags_documents_and_evidence_the_store_lacks(sample_store, tmp_pat
     lint_against_store(qs, sample_store)
     messages = [str(i) for i in qs.issues]
     assert len(messages) == 2, messages  # CSV evidence matches the parsed table despite punctuation
-    assert "set:1" in messages[0] and "missing.md" in messages[0]
-    assert "set:2" in messages[1] and "evidence" in messages[1]
+    assert "set.jsonl:1" in messages[0] and "missing.md" in messages[0]
+    assert "set.jsonl:2" in messages[1] and "evidence" in messages[1]
 
 
 # ---- the report -------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_trec_files_rescored_by_ranx_give_the_same_numbers(sample_report, tmp_pa
     ours = sample_report.metrics()
     for mode in ("bm25", "dense", "hybrid"):
         run = ranx.Run.from_file(str(tmp_path / f"run.{mode}.trec"), kind="trec")
-        theirs = ranx.evaluate(qrels, run, names, make_comparable=True)
+        theirs = ranx.evaluate(qrels, run, names)  # same query set in run and qrels: no make_comparable
         for n in names:
             assert theirs[n] == pytest.approx(ours[mode][n], abs=1e-6), (mode, n)
 
@@ -175,7 +175,7 @@ def test_randomisation_test_matches_the_exact_p_value(sample_report):
         {"id": r.question.id, "answerable": True,
          "modes": {m: {"metrics": {k: v - 0.1 for k, v in mr.metrics.items()}} for m, mr in r.modes.items()}}
         for r in answerable]}
-    out = compare_to_baseline(report, base, permutations=20000, seed=1)
+    out = compare_to_baseline(report, read_baseline(base, report.config.modes), permutations=20000, seed=1)
     v = out["modes"]["hybrid"]["metrics"]["ndcg@10"]
     assert v["delta"] == pytest.approx(0.1, abs=1e-9)
     assert v["p_value"] == pytest.approx(2 / 32, abs=0.01)
@@ -222,7 +222,7 @@ def test_cli_eval_errors(sample_store, tmp_path):
     assert r.exit_code == 1 and "nope.md" in r.stderr
     assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--metrics", "ndgc"]).exit_code == 2
     assert runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", store, "--k", "ten"]).exit_code == 2
-    assert runner.invoke(app, ["eval", str(tmp_path / "none.jsonl"), "--store", store]).exit_code == 1
+    assert runner.invoke(app, ["eval", str(tmp_path / "none.jsonl"), "--store", store]).exit_code == 2
 
 
 def test_all_unanswerable_set_reports_refusals_only(sample_store, retriever, tmp_path):
@@ -277,3 +277,59 @@ def test_trec_ids_with_spaces_stay_parseable(sample_store, retriever, tmp_path):
     run = ranx.Run.from_file(str(tmp_path / "out" / "run.bm25.trec"), kind="trec")
     qrels = ranx.Qrels.from_file(str(tmp_path / "out" / "qrels.trec"), kind="trec")
     assert ranx.evaluate(qrels, run, "ndcg@10") == pytest.approx(report.metrics()["bm25"]["ndcg@10"], abs=1e-6)
+
+
+def test_one_chunk_holding_two_entries_credits_both(sample_store, retriever, tmp_path):
+    path = write(tmp_path / "m.jsonl", '{"id": "m", "question": "What causes error TW-E5120?", "relevant": ['
+                 '{"doc": "manual/troubleshooting.md", "evidence": "cannot read from or write to its block storage"},'
+                 '{"doc": "manual/troubleshooting.md", "evidence": "TW-E5120"}]}\n')
+    report = evaluate(sample_store, load_questions(path), EvalConfig(modes=["bm25"], ks=[2]), retriever=retriever)
+    assert report.results[0].modes["bm25"].metrics["recall@2"] == 1.0
+
+
+def test_fusion_does_not_depend_on_depth(sample_store, retriever):
+    qs = load_questions(SAMPLE_SET)
+    a = evaluate(sample_store, qs, EvalConfig(modes=["hybrid"], ks=[10], metrics=["ndcg"], depth=100), retriever=retriever)
+    b = evaluate(sample_store, qs, EvalConfig(modes=["hybrid"], ks=[10], metrics=["ndcg"], depth=300), retriever=retriever)
+    assert a.metrics() == b.metrics()
+
+
+@pytest.mark.parametrize("entry,message", [
+    ('{"doc": "a.md", "evidence": 42}', "evidence"),
+    ('{"doc": "a.md", "section": ["x"]}', "section"),
+    ('{"doc": "a.md", "grade": 1.5}', "whole number"),
+    ('{"doc": "a.md", "grade": NaN}', "whole number"),
+])
+def test_bad_relevant_fields_are_fatal(tmp_path, entry, message):
+    path = write(tmp_path / "s.jsonl", '{"id": "a", "question": "q", "relevant": [' + entry + ']}\n')
+    with pytest.raises(InputError, match=message):
+        load_questions(path)
+
+
+def test_all_zero_grades_warn_that_the_question_is_unanswerable(tmp_path):
+    path = write(tmp_path / "s.jsonl", '{"id": "a", "question": "q", "relevant": [{"doc": "a.md", "grade": 0}]}\n')
+    qs = load_questions(path)
+    assert not qs.questions[0].answerable and "grade 0" in qs.issues[0].message
+
+
+def test_cli_eval_fails_fast_and_cleanly(sample_store, tmp_path):
+    store = str(sample_store.path)
+    base = ["eval", str(SAMPLE_SET), "--store", store, "-q"]
+    r = runner.invoke(app, base + ["--fail-on-regression"])
+    assert r.exit_code == 2 and "--baseline" in r.stderr
+    assert runner.invoke(app, base + ["--fail-under", "ndcg@10=abc"]).exit_code == 2
+    r = runner.invoke(app, base + ["--fail-under", "hit_rate@5[unanswerable]=0.5"])
+    assert r.exit_code == 2 and "[unanswerable]" in r.stderr  # markup is not eaten
+    (tmp_path / "afile").write_text("x")
+    assert runner.invoke(app, base + ["--out", str(tmp_path / "afile")]).exit_code == 2
+    write(tmp_path / "other.json", '{"per_question": [{"id": "q001", "answerable": true, "modes": {"hybrid": [1]}}]}')
+    r = runner.invoke(app, base + ["--baseline", str(tmp_path / "other.json")])
+    assert r.exit_code == 1 and "not a kbtool eval JSON" in r.stderr and "Traceback" not in r.output
+    r = runner.invoke(app, base + ["--modes", "hybrid,hybrid,bm25", "--metrics", "ndcg,ndcg", "--k", "1,1", "--json"])
+    data = json.loads(r.stdout)
+    assert data["config"]["modes"] == ["hybrid", "bm25"] and list(data["metrics"]["hybrid"]) == ["ndcg@1"]
+
+
+def test_markup_in_user_text_is_printed_as_is(sample_store):
+    r = runner.invoke(app, ["query", "what does [/v2/shares] return", "--store", str(sample_store.path)])
+    assert r.exit_code == 0 and "[/v2/shares]" in r.stdout

@@ -40,7 +40,9 @@ def handle_errors(fn):
         try:
             return fn(*args, **kwargs)
         except KbtoolError as exc:
-            err.print(f"[bold red]Error:[/] {exc}", highlight=False)
+            from rich.markup import escape
+
+            err.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("Interrupted.")

@@ -19,7 +19,7 @@ def _csv(values: Optional[List[str]]) -> list[str]:
 @app.command("eval")
 @handle_errors
 def eval_(
-    questions: Annotated[Path, typer.Argument(help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
+    questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
     modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,hybrid]; also rrf:K and weighted:W.")] = None,
     k: Annotated[Optional[List[str]], typer.Option("--k", help="Cut-offs, comma-separated or repeated [default: 1,3,5,10].")] = None,
     metrics: Annotated[Optional[List[str]], typer.Option("--metrics", help="hit_rate, mrr, ndcg, recall, precision, map (comma-separated) [default: all].")] = None,
@@ -42,9 +42,11 @@ def eval_(
 
     Exit codes: 0 all gates pass, 3 a gate failed, 1 an error (e.g. a malformed question set).
     """
-    from ..errors import InputError
+    from rich.markup import escape
+
+    from ..errors import InputError, UsageError
     from ..evaluate import (DEFAULT_KS, DEFAULT_MODES, EvalConfig, check_gates, compare_to_baseline, evaluate,
-                            significant_regressions, write_outputs)
+                            prepare_gates, read_baseline, significant_regressions, write_outputs)
     from ..metrics import DEFAULT_METRICS
     from ..questions import lint_against_store, load_questions
 
@@ -61,10 +63,19 @@ def eval_(
     config = EvalConfig(modes=_csv(modes) or list(DEFAULT_MODES), ks=ks, metrics=_csv(metrics) or list(DEFAULT_METRICS),
                         level=level, depth=depth, thresholds=thresholds, filters=parse_pairs(filter_, "--filter"))
     config.validate()
-    baseline_data = None
+    if fail_on_regression and not baseline:
+        raise UsageError("--fail-on-regression needs --baseline FILE (a previous run's --json or summary.json)")
+    if out_dir:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UsageError(f"--out {out_dir} is a file: give a folder")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--out {out_dir}: cannot create it ({exc.strerror})") from None
+    baseline_scores = None
     if baseline:
         try:
-            baseline_data = json.loads(baseline.read_text())
+            baseline_scores = read_baseline(json.loads(baseline.read_text(encoding="utf-8")), config.modes)
         except (OSError, ValueError) as exc:
             raise InputError(f"--baseline {baseline}: not readable JSON ({exc})") from None
 
@@ -74,35 +85,42 @@ def eval_(
     fatal = [i for i in qs.issues if i.fatal or strict]
     if fatal:
         raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
-    if not quiet:
-        for issue in qs.issues[:20]:
-            err.print(f"[yellow]warning[/] {issue}", highlight=False)
-        if len(qs.issues) > 20:
-            err.print(f"[yellow]warning[/] … and {len(qs.issues) - 20} more (see lint in --json)")
+    gates = prepare_gates(fail_under or [], config, qs)
+    for issue in qs.issues[:20]:
+        err.print(f"[yellow]warning[/] {escape(str(issue))}", highlight=False)
+    if len(qs.issues) > 20:
+        err.print(f"[yellow]warning[/] … and {len(qs.issues) - 20} more (see lint in --json)")
 
     from ._common import progress_bars
 
     with progress_bars(quiet) as bars:
         progress = (lambda n, total: bars("questions", n, total)) if bars else None
         report = evaluate(kb, qs, config, progress=progress, source=str(questions))
-    gates_ok = check_gates(report, fail_under or [])
+    for mode in config.modes:
+        empty = sum(1 for r in report.results if r.modes[mode].top_score is None)
+        if empty > len(report.results) / 2:
+            err.print(f"[yellow]warning[/] {escape(mode)} returned nothing for {empty} of {len(report.results)} "
+                      "questions: check --filter and that the store holds the documents", highlight=False)
+    gates_ok = check_gates(report, gates)
     regressions = []
-    if baseline_data is not None:
-        compare_to_baseline(report, baseline_data)
+    if baseline_scores is not None:
+        compare_to_baseline(report, baseline_scores)
         regressions = significant_regressions(report)
     if out_dir:
-        files = write_outputs(report, out_dir)
+        try:
+            files = write_outputs(report, out_dir)
+        except OSError as exc:
+            raise InputError(f"--out {out_dir}: cannot write ({exc.strerror})") from None
         if not quiet:
-            err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False)
+            err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False, markup=False)
     if json_:
         print_json(report.to_dict())
     else:
         from .eval_render import render
 
         render(report, out)
-    failed = not gates_ok or (fail_on_regression and regressions)
-    if failed:
+    if not gates_ok or (fail_on_regression and regressions):
         why = [g["spec"] + f" (got {g['actual']})" for g in report.gates if not g["passed"]]
         why += [f"significant regression in {r}" for r in regressions] if fail_on_regression else []
-        err.print(f"[bold red]Gate failed:[/] {'; '.join(why)}", highlight=False)
+        err.print(f"[bold red]Gate failed:[/] {escape('; '.join(why))}", highlight=False)
         raise typer.Exit(EXIT_GATE)

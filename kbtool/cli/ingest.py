@@ -13,7 +13,7 @@ from ._common import (JsonOpt, ModelOpt, QuietOpt, StoreOpt, err, handle_errors,
 @app.command()
 @handle_errors
 def ingest(
-    paths: Annotated[List[Path], typer.Argument(help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store).")],
+    paths: Annotated[List[Path], typer.Argument(metavar="PATH...", help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store).")],
     include: Annotated[Optional[List[str]], typer.Option("--include", "-i", help="Only files matching this glob (repeatable), e.g. '*.md'.")] = None,
     exclude: Annotated[Optional[List[str]], typer.Option("--exclude", "-x", help="Skip files matching this glob (repeatable).")] = None,
     format: Annotated[str, typer.Option("--format", help="auto (by extension) or beir (a BEIR folder's corpus.jsonl).")] = "auto",

@@ -11,7 +11,7 @@ from ._common import JsonOpt, ModelOpt, StoreOpt, err, handle_errors, open_store
 @app.command()
 @handle_errors
 def query(
-    text: Annotated[str, typer.Argument(help="The question or keywords.")],
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="The question or keywords.")],
     mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid (RRF k=60 of dense and BM25), dense, bm25, rrf:K or weighted:W.")] = "hybrid",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Number of results.")] = 5,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value on chunk metadata (doc_id, filetype, dir, page, or --meta keys), repeatable; applied inside both retrievers.")] = None,
@@ -37,9 +37,11 @@ def query(
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"{mode}: {text}", title_justify="left", expand=True, show_lines=True)
+    from rich.markup import escape
+
+    table = Table(title=escape(f"{mode}: {text}"), title_justify="left", expand=True, show_lines=True)
     table.add_column("#", justify="right", width=2)
-    table.add_column("score", width=6)
+    table.add_column("score", min_width=7, no_wrap=True)
     table.add_column("source · section · page", ratio=2, overflow="fold")
     table.add_column("snippet", ratio=3)
     for h in hits:
@@ -49,5 +51,5 @@ def query(
         if h.page:
             source.append(f"\np. {h.page}", style="dim")
         snippet = " ".join(h.text.split())
-        table.add_row(str(h.rank), f"{h.score:.4f}", source, snippet[:240] + ("…" if len(snippet) > 240 else ""))
+        table.add_row(str(h.rank), f"{h.score:.4f}", source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
     out.print(table)

@@ -23,7 +23,7 @@ def status(store: StoreOpt = None, json_: JsonOpt = False):
         ("documents", f"{info['documents']}  " + ", ".join(f"{k}: {v}" for k, v in info["documents_by_type"].items())),
         ("chunks", f"{info['chunks']}  (avg {info['chunk_tokens_avg']} tokens, max {info['chunk_tokens_max']}, "
                    f"{info['chunks_over_model_limit']} over the model limit)"),
-        ("model", f"{emb['model']}  ({emb['dim']}-d, {emb['max_tokens']} tokens)"),
+        ("model", f"{emb['model']}  ({emb['dim'] or '?'}-d, {emb['max_tokens'] or '?'} tokens)"),
         ("chunking", str(info["chunking"])),
         ("bm25", str(info["bm25"])),
         ("indexes", "current" if info["indexes_current"] else "behind the catalog: run `kbtool index`"),
