@@ -288,6 +288,8 @@ class Store:
             hashes = list(missing)
             total = len(hashes)
             cb = (lambda n: progress("embedding", n, total)) if progress else None
+            if progress:
+                progress("embedding", 0, total)  # show the bar while the model loads
             fresh = embedder.embed([missing[h] for h in hashes], progress=cb)
             with self._tx():
                 self.db.executemany(

@@ -72,8 +72,12 @@ def progress_bars(quiet: bool):
     tasks: dict[str, int] = {}
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err, transient=False) as bars:
+        # An indeterminate bar until the first stage reports: imports and model loading take seconds.
+        starting = bars.add_task("starting", total=None)
 
         def update(stage: str, advance: int, total: int) -> None:
+            if starting in bars.task_ids:
+                bars.remove_task(starting)
             if stage not in tasks:
                 tasks[stage] = bars.add_task(stage, total=total)
             bars.update(tasks[stage], advance=advance, total=total)
