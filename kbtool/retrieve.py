@@ -13,7 +13,6 @@ from typing import Sequence
 from .errors import InputError, UsageError
 from .fusion import RRF_K, rrf, weighted
 
-MODES = ("hybrid", "dense", "bm25")
 MODE_HELP = "hybrid (RRF, k=60), dense, bm25, rrf:K (RRF with another k) or weighted:W (min-max fusion, dense weight W)"
 
 

@@ -239,11 +239,11 @@ class Store:
             import chromadb
             from chromadb.config import Settings
 
-            client = chromadb.PersistentClient(
+            self._client = chromadb.PersistentClient(
                 path=str(self.path / "chroma"), settings=Settings(anonymized_telemetry=False)
             )
             # embedding_function=None: Chroma's default one downloads a model.
-            self._collection = client.get_or_create_collection(
+            self._collection = self._client.get_or_create_collection(
                 COLLECTION, configuration={"hnsw": dict(self.manifest["hnsw"])}, embedding_function=None
             )
         return self._collection
@@ -330,8 +330,8 @@ class Store:
         return report
 
     def _drop_collection(self) -> None:
-        col = self.collection()
-        col._client.delete_collection(COLLECTION)  # noqa: SLF001 - the client the collection came from
+        self.collection()
+        self._client.delete_collection(COLLECTION)
         self._collection = None
 
     def _indexed_hashes(self, col) -> dict[str, str]:
