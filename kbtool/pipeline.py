@@ -123,13 +123,11 @@ def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
 
 
 def _validate(options: IngestOptions) -> None:
-    from .store import RESERVED_META
+    from .store import check_metadata_keys
 
     if options.format not in ("auto", "beir"):
         raise UsageError(f"unknown --format {options.format!r}: use auto or beir")
-    bad = RESERVED_META & set(options.metadata)
-    if bad:
-        raise UsageError(f"--meta key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
+    check_metadata_keys(options.metadata)
     if options.encoding:
         try:
             codecs.lookup(options.encoding)

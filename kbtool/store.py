@@ -21,7 +21,7 @@ from . import __version__
 from .analyzer import Analyzer, AnalyzerConfig
 from .catalog import connect, migrate
 from .chunk import ChunkParams, chunk_blocks, embed_text
-from .errors import InputError, ModelMismatchError, StoreError
+from .errors import ModelMismatchError, StoreError, UsageError
 from .parse import Block, ParsedDocument
 
 FORMAT_VERSION = 1
@@ -162,9 +162,7 @@ class Store:
         """Insert or replace a parsed document; its old chunks go and it awaits chunking."""
         meta = json.dumps(metadata or {}, sort_keys=True)
         blocks = json.dumps([b.to_dict() for b in doc.blocks], ensure_ascii=False)
-        bad = RESERVED_META & set(metadata or {})
-        if bad:
-            raise InputError(f"metadata key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
+        check_metadata_keys(metadata or {})
         with self._tx():
             self.db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,))
             self.db.execute(
@@ -493,6 +491,12 @@ class BM25Index:
             candidates = np.flatnonzero(scores >= kth)
         ranked = sorted(((self.chunk_ids[i], float(scores[i])) for i in candidates), key=lambda x: (-x[1], x[0]))
         return ranked[:k]
+
+
+def check_metadata_keys(metadata: dict) -> None:
+    bad = RESERVED_META & set(metadata)
+    if bad:
+        raise UsageError(f"--meta key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
 
 
 def fingerprint(sha256: str, metadata: str, options: str) -> str:
