@@ -109,13 +109,16 @@ class Retriever:
                 )
         need_dense = any(kind != "bm25" for kind, _ in parsed.values())
         need_bm25 = any(kind != "dense" for kind, _ in parsed.values())
+        mask = None
+        if need_bm25 and filters:  # the filter's chunks, looked up once for every query of the run
+            mask = self.store.bm25().mask(self.store.chunk_ids_matching(filters))
         depth = max(top_k, self.config.candidates)
         out: dict[str, list[list[Hit]]] = {m: [] for m in modes}
         queries = list(queries)
         for start in range(0, len(queries), batch_size):
             batch = queries[start : start + batch_size]
             dense = self._dense(batch, depth, filters) if need_dense else [[] for _ in batch]
-            bm25 = self._bm25(batch, depth, filters) if need_bm25 else [[] for _ in batch]
+            bm25 = self._bm25(batch, depth, mask) if need_bm25 else [[] for _ in batch]
             for mode, (kind, arg) in parsed.items():
                 for d, b in zip(dense, bm25):
                     if kind == "dense":
@@ -152,11 +155,10 @@ class Retriever:
             out.append(ranked)
         return out
 
-    def _bm25(self, queries, depth, filters) -> list[list[tuple[str, float]]]:
+    def _bm25(self, queries, depth, mask) -> list[list[tuple[str, float]]]:
         index = self.store.bm25()
-        allowed = self.store.chunk_ids_matching(filters) if filters else None
         analyzer = self.store.analyzer
-        return [index.search(analyzer(q), depth, allowed) for q in queries]
+        return [index.search(analyzer(q), depth, mask) for q in queries]
 
     def _hits(self, fused, dense, bm25) -> list[Hit]:
         rows = self.store.chunks_by_id([cid for cid, _ in fused])

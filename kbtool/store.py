@@ -311,9 +311,10 @@ class Store:
 
         bm25_dir = self.path / "bm25"
         if rebuild or todo or to_delete or not BM25Index.exists(bm25_dir):
+            analyzer = self.analyzer
             BM25Index.build(
                 bm25_dir, [r["chunk_id"] for r in rows],
-                [self.analyzer(embed_text(r["prefix"], r["text"])) for r in rows], self.manifest["bm25"],
+                [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], self.manifest["bm25"],
             )
             self._bm25 = None
             report.bm25_rebuilt = True
@@ -469,8 +470,14 @@ class BM25Index:
             retriever = bm25s.BM25.load(str(path), mmap=True, show_progress=False)
         return cls(retriever, chunk_ids)
 
-    def search(self, tokens: list[str], k: int, allowed: set[str] | None = None) -> list[tuple[str, float]]:
-        """Top-k (chunk_id, score) with score > 0, ties broken by chunk id."""
+    def mask(self, allowed: set[str]) -> np.ndarray:
+        """A row mask for ``search``: True for the chunks a filter allows. Build it once per filter."""
+        mask = np.zeros(len(self.chunk_ids), dtype=bool)
+        mask[[self.row_of[c] for c in allowed if c in self.row_of]] = True
+        return mask
+
+    def search(self, tokens: list[str], k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) with score > 0, ties broken by chunk id; ``mask`` from ``mask()``."""
         if self.retriever is None:
             return []
         vocab = self.retriever.vocab_dict
@@ -478,10 +485,7 @@ class BM25Index:
         if not ids:
             return []
         scores = np.asarray(self.retriever.get_scores(ids), dtype=np.float64)
-        if allowed is not None:
-            mask = np.zeros(len(scores), dtype=bool)
-            rows = [self.row_of[c] for c in allowed if c in self.row_of]
-            mask[rows] = True
+        if mask is not None:
             scores = np.where(mask, scores, 0.0)
         candidates = np.flatnonzero(scores > 0)
         if len(candidates) > k:

@@ -47,7 +47,7 @@ def test_filter_mask_only_scores_allowed_chunks(corpus, tmp_path):
     BM25Index.build(tmp_path / "bm25", ids, tokens, BM25_PARAMS)
     index = BM25Index.load(tmp_path / "bm25")
     allowed = {c for c in ids if c.startswith("zh/")}
-    got = index.search(Analyzer()("sync conflict 同步冲突 refund"), k=50, allowed=allowed)
+    got = index.search(Analyzer()("sync conflict 同步冲突 refund"), k=50, mask=index.mask(allowed))
     assert got and all(c in allowed for c, _ in got)
 
 
