@@ -1,4 +1,4 @@
-from kbtool.analyzer import Analyzer, AnalyzerConfig
+from kbtool.store.analyzer import Analyzer, AnalyzerConfig
 
 
 def test_english_words_lowercased_and_stopwords_dropped():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from kbtool.analyzer import Analyzer
+from kbtool.store.analyzer import Analyzer
 from kbtool.store import BM25_PARAMS, BM25Index
 
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from kbtool.catalog import MIGRATIONS, connect, migrate
+from kbtool.store.catalog import MIGRATIONS, connect, migrate
 from kbtool.errors import ModelMismatchError, StoreError
 from kbtool.store import FORMAT_VERSION, Store
 

@@ -40,7 +40,7 @@ def _stopwords(name: str | None) -> frozenset[str]:
     if not name:
         return frozenset()
     if name != "en":
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError(f"unknown stopword list {name!r}: use 'en' or none")
     from bm25s.stopwords import STOPWORDS_EN
@@ -52,7 +52,7 @@ def _stopwords(name: str | None) -> frozenset[str]:
 def _jieba():
     import jieba
 
-    from ._env import cache_dir
+    from .._env import cache_dir
 
     jieba.setLogLevel(logging.WARNING)
     # jieba caches its dictionary in /tmp/jieba.cache, shared by all users, unless told otherwise.

@@ -71,7 +71,7 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply pending migrations; returns the schema version now in force."""
-    from .errors import StoreError
+    from ..errors import StoreError
 
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current > len(MIGRATIONS):

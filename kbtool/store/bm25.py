@@ -1,0 +1,83 @@
+"""The BM25 index: bm25s arrays on disk plus the chunk id of each row."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import StoreError
+
+
+class BM25Index:
+    """bm25s arrays on disk plus the chunk id of each row. Scores equal rank_bm25's BM25Okapi
+    (epsilon=0) divided by (k1 + 1): tests/test_bm25.py holds rank_bm25 as the reference."""
+
+    def __init__(self, retriever, chunk_ids: list[str]):
+        self.retriever = retriever
+        self.chunk_ids = chunk_ids
+        self.row_of = {cid: i for i, cid in enumerate(chunk_ids)}
+
+    @staticmethod
+    def exists(path: Path) -> bool:
+        return (path / "chunk_ids.json").exists()
+
+    @classmethod
+    def build(cls, path: Path, chunk_ids: list[str], tokens: list[list[str]], params: dict) -> None:
+        import bm25s
+
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        if chunk_ids:
+            retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
+            retriever.index(tokens, show_progress=False)
+            retriever.save(str(tmp), show_progress=False)
+        (tmp / "chunk_ids.json").write_text(json.dumps(chunk_ids))
+        # Replace, never delete first: a crash leaves either the old or the new index in place.
+        old = path.with_name(path.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    @classmethod
+    def load(cls, path: Path) -> "BM25Index":
+        if not cls.exists(path):
+            raise StoreError(f"no BM25 index in {path.parent}: run `kbtool index`")
+        chunk_ids = json.loads((path / "chunk_ids.json").read_text())
+        retriever = None
+        if chunk_ids:
+            import bm25s
+
+            retriever = bm25s.BM25.load(str(path), mmap=True, show_progress=False)
+        return cls(retriever, chunk_ids)
+
+    def mask(self, allowed: set[str]) -> np.ndarray:
+        """A row mask for ``search``: True for the chunks a filter allows. Build it once per filter."""
+        mask = np.zeros(len(self.chunk_ids), dtype=bool)
+        mask[[self.row_of[c] for c in allowed if c in self.row_of]] = True
+        return mask
+
+    def search(self, tokens: list[str], k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) with score > 0, ties broken by chunk id; ``mask`` from ``mask()``."""
+        if self.retriever is None:
+            return []
+        vocab = self.retriever.vocab_dict
+        ids = [vocab[t] for t in tokens if t in vocab]
+        if not ids:
+            return []
+        scores = np.asarray(self.retriever.get_scores(ids), dtype=np.float64)
+        if mask is not None:
+            scores = np.where(mask, scores, 0.0)
+        candidates = np.flatnonzero(scores > 0)
+        if len(candidates) > k:
+            candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
+            # keep every candidate tied with the k-th score so tie-breaking by id is exact
+            kth = scores[candidates].min()
+            candidates = np.flatnonzero(scores >= kth)
+        ranked = sorted(((self.chunk_ids[i], float(scores[i])) for i in candidates), key=lambda x: (-x[1], x[0]))
+        return ranked[:k]
