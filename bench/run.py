@@ -106,8 +106,8 @@ def main() -> None:
     results["hnsw"] = {"params": store.manifest["hnsw"], **ann_recall(store, queries, embedder)}
 
     retriever = Retriever(store, embedder)
-    from kbtool.evaluate import EvalConfig, evaluate
-    from kbtool.questions import load_questions
+    from kbtool.evaluation.evaluate import EvalConfig, evaluate
+    from kbtool.evaluation.questions import load_questions
 
     t = time.perf_counter()
     modes = ["bm25", "dense", "hybrid", "weighted:0.5"]

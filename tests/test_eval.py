@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.errors import InputError
-from kbtool.evaluate import EvalConfig, compare_to_baseline, evaluate, parse_gate, read_baseline, write_outputs
-from kbtool.questions import load_questions
+from kbtool.evaluation.evaluate import EvalConfig, compare_to_baseline, evaluate, parse_gate, read_baseline, write_outputs
+from kbtool.evaluation.questions import load_questions
 
 from .conftest import ROOT, write
 
@@ -70,7 +70,7 @@ def test_beir_and_trec_layouts(tmp_path):
 
 
 def test_lint_flags_documents_and_evidence_the_store_lacks(sample_store, tmp_path):
-    from kbtool.questions import lint_against_store
+    from kbtool.evaluation.questions import lint_against_store
 
     path = write(tmp_path / "set.jsonl", "\n".join([
         '{"id": "a", "question": "q", "relevant": [{"doc": "missing.md"}]}',
@@ -243,7 +243,7 @@ def test_evidence_matches_whole_words_only(sample_store, retriever, tmp_path):
         '"evidence": "annot read from or write to its block stor"}]}',
     ]) + "\n")
     qs = load_questions(path)
-    from kbtool.questions import lint_against_store
+    from kbtool.evaluation.questions import lint_against_store
 
     lint_against_store(qs, sample_store)
     assert len(qs.issues) == 1 and "'part'" in str(qs.issues[0])

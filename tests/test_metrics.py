@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kbtool import metrics as m
+from kbtool.evaluation import metrics as m
 
 LOG = math.log2
 

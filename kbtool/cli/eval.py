@@ -45,10 +45,11 @@ def eval_(
     from rich.markup import escape
 
     from ..errors import InputError, UsageError
-    from ..evaluate import (DEFAULT_KS, DEFAULT_MODES, EvalConfig, check_gates, compare_to_baseline, evaluate,
-                            prepare_gates, read_baseline, significant_regressions, write_outputs)
-    from ..metrics import DEFAULT_METRICS
-    from ..questions import lint_against_store, load_questions
+    from ..evaluation.evaluate import (DEFAULT_KS, DEFAULT_MODES, EvalConfig, check_gates, compare_to_baseline,
+                                       evaluate, prepare_gates, read_baseline, significant_regressions,
+                                       write_outputs)
+    from ..evaluation.metrics import DEFAULT_METRICS
+    from ..evaluation.questions import lint_against_store, load_questions
 
     try:
         ks = [int(x) for x in _csv(k)] or list(DEFAULT_KS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from ..evaluate import HEADLINE, primary_mode
+from ..evaluation.evaluate import HEADLINE, primary_mode
 
 
 def _f(v) -> str:

@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import __version__
-from .errors import InputError, UsageError
+from .. import __version__
+from ..errors import InputError, UsageError
+from ..retrieve import Hit, parse_mode
 from .metrics import DEFAULT_METRICS, METRICS, parse_metric, score
-from .questions import Question, QuestionSet, contains_evidence, evidence_regex, write_trec_qrels
-from .retrieve import Hit, parse_mode
+from .questions import Question, QuestionSet, contains_evidence, evidence_regex, trec_id, write_trec_qrels
 
 DEFAULT_KS = (1, 3, 5, 10)
 DEFAULT_MODES = ("bm25", "dense", "hybrid")
@@ -190,7 +190,7 @@ class EvalReport:
 def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None,
              progress: Callable[[int, int], None] | None = None, source: str = "") -> EvalReport:
     """Run every mode over every question and score it. ``progress(advance, total)``."""
-    from .retrieve import Retriever
+    from ..retrieve import Retriever
 
     config = config or EvalConfig()
     config.validate()
@@ -448,7 +448,7 @@ def write_outputs(report: EvalReport, out_dir: Path) -> list[Path]:
     """summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html."""
     import pandas as pd
 
-    from .report_html import render_html
+    from .report import render_html
 
     out_dir.mkdir(parents=True, exist_ok=True)
     data = report.to_dict()
@@ -487,11 +487,6 @@ def write_outputs(report: EvalReport, out_dir: Path) -> list[Path]:
     html.write_text(render_html(data), encoding="utf-8")
     written.append(html)
     return written
-
-
-def trec_id(unit: str) -> str:
-    """TREC files are whitespace-separated: spaces in document paths become %20."""
-    return unit.replace("%", "%25").replace(" ", "%20").replace("\t", "%09")
 
 
 def _safe(mode: str) -> str:

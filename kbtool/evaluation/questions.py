@@ -20,7 +20,7 @@ from functools import lru_cache
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import InputError, UsageError
+from ..errors import InputError, UsageError
 
 QUESTION_FIELDS = {"id", "question", "relevant", "tags", "notes"}
 RELEVANT_FIELDS = {"doc", "evidence", "section", "grade"}
@@ -288,9 +288,12 @@ def contains_evidence(text: str, evidence: str) -> bool:
     return bool(pattern and pattern.search(text))
 
 
-def write_trec_qrels(path: Path, qrels: dict[str, dict[str, float]]) -> None:
-    from .evaluate import trec_id
+def trec_id(unit: str) -> str:
+    """TREC files are whitespace-separated: spaces in document paths become %20."""
+    return unit.replace("%", "%25").replace(" ", "%20").replace("\t", "%09")
 
+
+def write_trec_qrels(path: Path, qrels: dict[str, dict[str, float]]) -> None:
     with path.open("w", encoding="utf-8") as fh:
         for qid, rels in qrels.items():
             for doc, grade in rels.items():

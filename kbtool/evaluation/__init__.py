@@ -1,0 +1,1 @@
+"""Evaluation: question sets, ranking metrics, the evaluate() run and its reports."""
