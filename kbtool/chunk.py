@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from .errors import UsageError as InputError
-from .parse import Block
+from .ingest.parse import Block
 
 Counter = Callable[[str], int]
 SEP = " > "

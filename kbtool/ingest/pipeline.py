@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .chunk import ChunkParams
-from .errors import InputError, ParseError, UsageError
+from ..chunk import ChunkParams
+from ..errors import InputError, ParseError, UsageError
+from ..store import IndexReport, Store, now_iso
 from .parse import SUPPORTED, ParsedDocument, beir_document, parse_file, read_file, sha256_bytes
-from .store import IndexReport, Store, now_iso
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding".
 Progress = Callable[[str, int, int], None]
@@ -123,7 +123,7 @@ def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
 
 
 def _validate(options: IngestOptions) -> None:
-    from .store import check_metadata_keys
+    from ..store import check_metadata_keys
 
     if options.format not in ("auto", "beir"):
         raise UsageError(f"unknown --format {options.format!r}: use auto or beir")
@@ -221,7 +221,7 @@ def _root_for(path: Path, roots: set[str]) -> Path | None:
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
                 options: IngestOptions) -> str:
-    from .store import fingerprint
+    from ..store import fingerprint
 
     prev = known.get(src.doc_id)
     if prev and prev[0] != root:
@@ -275,6 +275,6 @@ def index(store: Store, *, embedder=None, rebuild: bool = False, progress: Progr
 
 
 def _embedder_for(store: Store):
-    from .embed import load_embedder
+    from ..embed import load_embedder
 
     return load_embedder(store.model_id)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import ParseError
+from ..errors import ParseError
 
 SUPPORTED = {
     ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
@@ -69,7 +69,7 @@ def sha256_bytes(data: bytes) -> str:
 @lru_cache(maxsize=1)
 def _use_blank_spacy() -> str:
     """Make unstructured's text classifier work offline; returns which pipeline is used."""
-    from ._env import setup_offline_env
+    from .._env import setup_offline_env
 
     setup_offline_env()
     import spacy

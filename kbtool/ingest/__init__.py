@@ -1,0 +1,1 @@
+"""Ingest: discover and parse files, then hand their blocks to chunking and the store."""
