@@ -65,7 +65,7 @@ def main() -> None:
 
     from kbtool.embed import load_embedder
     from kbtool.ingest.pipeline import IngestOptions, ingest
-    from kbtool.retrieve import Retriever
+    from kbtool.query.retriever import Retriever
     from kbtool.store import Store
 
     out_dir = HERE / "out"

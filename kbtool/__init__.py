@@ -13,8 +13,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Store": "store", "Retriever": "retrieve", "Hit": "retrieve", "ingest": "pipeline",
-    "IngestOptions": "pipeline", "IngestReport": "pipeline", "ChunkParams": "chunk",
+    "Store": "store", "Retriever": "query.retriever", "Hit": "query.retriever", "ingest": "ingest.pipeline",
+    "IngestOptions": "ingest.pipeline", "IngestReport": "ingest.pipeline", "ChunkParams": "chunk",
     "SentenceTransformerEmbedder": "embed", "KbtoolError": "errors",
 }
 

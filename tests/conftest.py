@@ -47,7 +47,7 @@ def sample_store(tmp_path_factory, embedder):
 
 @pytest.fixture(scope="session")
 def retriever(sample_store, embedder):
-    from kbtool.retrieve import Retriever
+    from kbtool.query.retriever import Retriever
 
     return Retriever(sample_store, embedder)
 

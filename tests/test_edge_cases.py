@@ -7,7 +7,7 @@ import pytest
 
 from kbtool.errors import InputError, StoreError
 from kbtool.ingest.pipeline import IngestOptions, ingest
-from kbtool.retrieve import Retriever
+from kbtool.query.retriever import Retriever
 from kbtool.store import Store
 
 from .conftest import write
@@ -186,7 +186,7 @@ def test_beir_records_with_bad_fields_or_encoding(tmp_path, store, embedder):
 
 
 def test_rrf_k_of_the_config_is_used(sample_store, embedder):
-    from kbtool.retrieve import RetrieverConfig
+    from kbtool.query.retriever import RetrieverConfig
 
     q = "refund window for European customers"
     for k in (60, 1):

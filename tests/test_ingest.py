@@ -5,7 +5,7 @@ import os
 import pytest
 
 from kbtool.ingest.pipeline import IngestOptions, ingest
-from kbtool.retrieve import Retriever
+from kbtool.query.retriever import Retriever
 from kbtool.store import Store
 
 from .conftest import write

@@ -20,7 +20,7 @@ def query(
     json_: JsonOpt = False,
 ):
     """Search the store."""
-    from ..retrieve import Retriever, parse_mode
+    from ..query.retriever import Retriever, parse_mode
 
     parse_mode(mode)
     if not text.strip():

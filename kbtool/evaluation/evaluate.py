@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from .. import __version__
 from ..errors import InputError, UsageError
-from ..retrieve import Hit, parse_mode
+from ..query.retriever import Hit, parse_mode
 from .metrics import DEFAULT_METRICS, METRICS, parse_metric, score
 from .questions import Question, QuestionSet, contains_evidence, evidence_regex, trec_id, write_trec_qrels
 
@@ -190,7 +190,7 @@ class EvalReport:
 def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None,
              progress: Callable[[int, int], None] | None = None, source: str = "") -> EvalReport:
     """Run every mode over every question and score it. ``progress(advance, total)``."""
-    from ..retrieve import Retriever
+    from ..query.retriever import Retriever
 
     config = config or EvalConfig()
     config.validate()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from .errors import InputError, UsageError
+from ..errors import InputError, UsageError
 from .fusion import RRF_K, rrf, weighted
 
 MODE_HELP = "hybrid (RRF, k=60), dense, bm25, rrf:K (RRF with another k) or weighted:W (min-max fusion, dense weight W)"
@@ -76,7 +76,7 @@ class Retriever:
     @property
     def embedder(self):
         if self._embedder is None:
-            from .embed import load_embedder
+            from ..embed import load_embedder
 
             self._embedder = load_embedder(self.store.model_id)
         self.store.check_model(self._embedder.model_id)

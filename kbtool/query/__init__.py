@@ -1,0 +1,1 @@
+"""Query: turn a question into ranked hits (dense, BM25, fused)."""
