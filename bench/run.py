@@ -64,7 +64,7 @@ def main() -> None:
         sys.exit(f"bench: {dataset} has no corpus.jsonl (pass --dataset)")
 
     from kbtool.embed import load_embedder
-    from kbtool.ingest.pipeline import IngestOptions, ingest
+    from kbtool.ingestion.pipeline import IngestOptions, ingest
     from kbtool.query.retriever import Retriever
     from kbtool.store import Store
 
@@ -84,7 +84,7 @@ def main() -> None:
     t = time.perf_counter()
     report = ingest(store, [dataset], IngestOptions(format="beir", parse_only=True))
     t_parse = time.perf_counter() - t
-    from kbtool.ingest.pipeline import chunk, index
+    from kbtool.ingestion.pipeline import chunk, index
 
     t = time.perf_counter()
     n_chunks = chunk(store, embedder=embedder)

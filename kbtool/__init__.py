@@ -13,8 +13,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Store": "store", "Retriever": "query.retriever", "Hit": "query.retriever", "ingest": "ingest.pipeline",
-    "IngestOptions": "ingest.pipeline", "IngestReport": "ingest.pipeline", "ChunkParams": "chunk",
+    "Store": "store", "Retriever": "query.retriever", "Hit": "query.retriever",
+    "ingest": "ingestion.pipeline", "IngestOptions": "ingestion.pipeline", "IngestReport": "ingestion.pipeline",
+    "ChunkParams": "chunk",
     "SentenceTransformerEmbedder": "embed", "KbtoolError": "errors",
 }
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from .errors import UsageError as InputError
-from .ingest.parse import Block
+from .ingestion.parse import Block
 
 Counter = Callable[[str], int]
 SEP = " > "

@@ -33,7 +33,7 @@ def embedder():
 @pytest.fixture(scope="session")
 def sample_store(tmp_path_factory, embedder):
     """The bundled sample corpus, ingested once into a real store (read-only for tests)."""
-    from kbtool.ingest.pipeline import ingest
+    from kbtool.ingestion.pipeline import ingest
     from kbtool.store import Store
 
     base = tmp_path_factory.mktemp("sample")

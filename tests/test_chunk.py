@@ -2,7 +2,7 @@ import pytest
 
 from kbtool.chunk import ChunkParams, chunk_blocks, make_prefix
 from kbtool.errors import InputError
-from kbtool.ingest.parse import Block
+from kbtool.ingestion.parse import Block
 
 
 def doc_text(blocks):

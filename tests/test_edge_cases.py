@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kbtool.errors import InputError, StoreError
-from kbtool.ingest.pipeline import IngestOptions, ingest
+from kbtool.ingestion.pipeline import IngestOptions, ingest
 from kbtool.query.retriever import Retriever
 from kbtool.store import Store
 
@@ -72,7 +72,7 @@ def test_changing_encoding_reparses_an_unchanged_file(tmp_path, store, embedder)
 
 
 def test_utf16_with_bom_is_text(tmp_path):
-    from kbtool.ingest.parse import parse_file
+    from kbtool.ingestion.parse import parse_file
 
     path = tmp_path / "u16.txt"
     path.write_bytes("Hello from a UTF-16 file with a byte-order mark.\n".encode("utf-16"))
@@ -156,7 +156,7 @@ def test_include_globs_are_anchored_at_the_folder(tmp_path, store):
 
 
 def test_parse_only_then_index_chunks_what_is_missing(tmp_path, store, embedder):
-    from kbtool.ingest.pipeline import index
+    from kbtool.ingestion.pipeline import index
 
     write(tmp_path / "docs/a.md", "# A\n\nalpha words\n")
     write(tmp_path / "docs/b.md", "# B\n\nbravo words\n")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from kbtool.ingest.pipeline import IngestOptions, ingest
+from kbtool.ingestion.pipeline import IngestOptions, ingest
 from kbtool.query.retriever import Retriever
 from kbtool.store import Store
 
@@ -128,7 +128,7 @@ def test_include_exclude_and_metadata_filter(corpus, store, embedder):
 
 def test_parse_only_then_index_later(corpus, store, embedder):
     from kbtool.errors import StoreError
-    from kbtool.ingest.pipeline import chunk, index
+    from kbtool.ingestion.pipeline import chunk, index
 
     ingest(store, [corpus], IngestOptions(parse_only=True), embedder=embedder)
     assert store.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
@@ -141,7 +141,7 @@ def test_parse_only_then_index_later(corpus, store, embedder):
 
 def test_rechunk_without_reparsing_reuses_cached_embeddings(corpus, store, embedder):
     from kbtool.chunk import ChunkParams
-    from kbtool.ingest.pipeline import chunk, index
+    from kbtool.ingestion.pipeline import chunk, index
 
     ingest(store, [corpus], embedder=embedder)
     n_before = store.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from kbtool.errors import ParseError
-from kbtool.ingest.parse import _use_blank_spacy, parse_file
+from kbtool.ingestion.parse import _use_blank_spacy, parse_file
 
 from .conftest import SAMPLE, write
 

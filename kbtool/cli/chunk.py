@@ -22,7 +22,7 @@ def chunk(
 ):
     """Re-chunk stored documents (no re-parsing). Run `kbtool index` afterwards."""
     from ..chunk import ChunkParams
-    from ..ingest.pipeline import chunk as run_chunk
+    from ..ingestion.pipeline import chunk as run_chunk
 
     kb = open_store(store)
     with progress_bars(quiet) as progress:

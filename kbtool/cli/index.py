@@ -19,7 +19,7 @@ def index(
 ):
     """Embed new chunks and make Chroma and BM25 hold exactly the catalog's chunks."""
     from ..embed import load_embedder
-    from ..ingest.pipeline import index as run_index
+    from ..ingestion.pipeline import index as run_index
 
     kb = open_store(store)
     if not rebuild:

@@ -33,8 +33,8 @@ def ingest(
     Unchanged files (same sha256) are skipped; changed files are re-parsed; files gone from an
     ingested folder are removed from the catalog, Chroma and BM25.
     """
-    from ..ingest.pipeline import IngestOptions
-    from ..ingest.pipeline import ingest as run_ingest
+    from ..ingestion.pipeline import IngestOptions
+    from ..ingestion.pipeline import ingest as run_ingest
 
     options = IngestOptions(
         include=include or [], exclude=exclude or [], format=format, metadata=parse_pairs(meta, "--meta"),

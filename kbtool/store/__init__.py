@@ -19,7 +19,7 @@ import numpy as np
 from .. import __version__
 from ..chunk import ChunkParams, chunk_blocks, embed_text
 from ..errors import ModelMismatchError, StoreError, UsageError
-from ..ingest.parse import Block, ParsedDocument
+from ..ingestion.parse import Block, ParsedDocument
 from .analyzer import Analyzer, AnalyzerConfig
 from .bm25 import BM25Index
 from .catalog import connect, migrate
