@@ -37,12 +37,9 @@ def machine() -> str:
 
 def ann_recall(store, queries: list[str], embedder, ks=(10, 100)) -> dict:
     """Recall of Chroma's HNSW top-k against exact cosine top-k over the same vectors."""
-    rows = store.db.execute(
-        "SELECT c.chunk_id, e.vector FROM chunks c JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?",
-        (store.model_id,),
-    ).fetchall()
-    ids = [r[0] for r in rows]
-    matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+    rows = store.chunk_vectors()
+    ids = [cid for cid, _ in rows]
+    matrix = np.stack([vec for _, vec in rows])
     qv = embedder.embed_queries(queries)
     col = store.collection()
     out = {}

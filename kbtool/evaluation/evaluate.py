@@ -275,9 +275,9 @@ class _EvidenceMatcher:
     def span(self, doc: str, evidence: str) -> tuple[int, int] | None:
         key = (doc, evidence)
         if key not in self._spans:
-            row = self.store.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc,)).fetchone()
+            text = self.store.document_text(doc)
             pattern = evidence_regex(evidence)
-            m = pattern.search(row[0]) if row and pattern else None
+            m = pattern.search(text) if text is not None and pattern else None
             self._spans[key] = m.span() if m else None
         return self._spans[key]
 

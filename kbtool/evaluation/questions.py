@@ -246,7 +246,7 @@ def _read_qrels(path: Path):
 
 def lint_against_store(qs: QuestionSet, store) -> None:
     """Add issues for documents the store does not hold and evidence no document contains."""
-    docs = {r[0] for r in store.db.execute("SELECT doc_id FROM documents")}
+    docs = set(store.document_ids())
     texts: dict[str, str] = {}  # raw document text, fetched once per document
     for q in qs.questions:
         for r in q.relevant:
@@ -256,7 +256,7 @@ def lint_against_store(qs: QuestionSet, store) -> None:
                 continue
             if r.evidence:
                 if r.doc not in texts:
-                    texts[r.doc] = store.db.execute("SELECT text FROM documents WHERE doc_id=?", (r.doc,)).fetchone()[0]
+                    texts[r.doc] = store.document_text(r.doc)
                 if not contains_evidence(texts[r.doc], r.evidence):
                     qs.issues.append(LintIssue(qs.source or qs.name, q.line, f"question {q.id!r}: evidence {r.evidence!r} "
                                                                f"does not occur in {r.doc}"))

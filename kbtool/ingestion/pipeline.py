@@ -259,7 +259,7 @@ def chunk(store: Store, params: ChunkParams | None = None, *, embedder=None, all
         params = ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else ChunkParams()
     params = params.resolved(embedder.max_tokens)
     if all_documents:
-        todo = [r[0] for r in store.db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
+        todo = store.document_ids()
     else:
         todo = store.documents_to_chunk(params)
     cb = (lambda n: progress("chunking", n, len(todo))) if progress else None

@@ -355,6 +355,24 @@ class Store:
         return out
 
     # ---- reads ---------------------------------------------------------------------------
+    def document_ids(self) -> list[str]:
+        """Every document in the catalog, sorted."""
+        return [r[0] for r in self.db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
+
+    def document_text(self, doc_id: str) -> str | None:
+        """A document's raw text, or None if the store does not hold it."""
+        row = self.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
+        return row[0] if row else None
+
+    def chunk_vectors(self) -> list[tuple[str, np.ndarray]]:
+        """(chunk_id, vector) for every chunk with a cached vector of the store's model."""
+        rows = self.db.execute(
+            "SELECT c.chunk_id, e.vector FROM chunks c"
+            " JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?",
+            (self.model_id,),
+        ).fetchall()
+        return [(r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows]
+
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         out = {}
         for start in range(0, len(chunk_ids), 500):
