@@ -37,7 +37,7 @@ def machine() -> str:
 
 def ann_recall(store, queries: list[str], embedder, ks=(10, 100)) -> dict:
     """Recall of Chroma's HNSW top-k against exact cosine top-k over the same vectors."""
-    rows = store.chunk_vectors()
+    rows = list(store.chunk_vectors().items())
     ids = [cid for cid, _ in rows]
     matrix = np.stack([vec for _, vec in rows])
     qv = embedder.embed_queries(queries)

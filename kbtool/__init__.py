@@ -1,19 +1,23 @@
 """kbtool: build and evaluate retrieval knowledge bases.
 
-    from kbtool import Store, Retriever, ingest
+    from kbtool import Store, load_contract, retrieve, ingest
     store = Store.open(".kb")
-    hits = Retriever(store).search("error TW-E4031", mode="hybrid", top_k=5)
+    answer = retrieve(store, load_contract(), "How do I fix error TW-E4031?")
+    answer.decision, answer.confidence, answer.hits[0].doc_id, answer.context
 """
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Store", "Retriever", "Hit", "ingest", "IngestOptions", "IngestReport", "ChunkParams",
-    "SentenceTransformerEmbedder", "KbtoolError", "__version__",
+    "Store", "Contract", "load_contract", "default_contract", "retrieve", "Answer", "Hit", "evaluate",
+    "Retriever", "ingest", "IngestOptions", "IngestReport", "ChunkParams", "SentenceTransformerEmbedder",
+    "KbtoolError", "__version__",
 ]
 
 _LAZY = {
-    "Store": "store", "Retriever": "query.retriever", "Hit": "query.retriever",
+    "Store": "store", "Contract": "contract", "load_contract": "contract", "default_contract": "contract",
+    "retrieve": "query.pipeline", "Answer": "query.pipeline", "Hit": "query.pipeline",
+    "evaluate": "evaluation.evaluate", "Retriever": "query.retriever",
     "ingest": "ingestion.pipeline", "IngestOptions": "ingestion.pipeline", "IngestReport": "ingestion.pipeline",
     "ChunkParams": "chunk",
     "SentenceTransformerEmbedder": "embed", "KbtoolError": "errors",

@@ -84,16 +84,8 @@ class SentenceTransformerEmbedder:
 
     @cached_property
     def _tokenizer(self):
-        from tokenizers import Tokenizer
-
-        file = self.path / "tokenizer.json"
-        if not file.exists():
-            raise ModelError(f"{self.path} has no tokenizer.json: it is not a sentence-transformers model folder")
-        tok = Tokenizer.from_file(str(file))
-        # The shipped tokenizer.json pads and truncates to 128, which makes every count wrong.
-        tok.no_padding()
-        tok.no_truncation()
-        return tok
+        # The shipped tokenizer.json pads and truncates to 128: load_tokenizer turns both off.
+        return load_tokenizer(self.model_id)
 
     @cached_property
     def max_tokens(self) -> int:
@@ -157,3 +149,22 @@ def load_embedder(model: str | None = None) -> SentenceTransformerEmbedder:
 @lru_cache(maxsize=2)
 def _load(model: str) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(model)
+
+
+def load_tokenizer(model: str | None = None):
+    """The model's word-piece tokenizer without torch (no padding, no truncation): for counting
+    and truncating questions and sizing context blocks."""
+    return _tokenizer(canonical_model_id(model))
+
+
+@lru_cache(maxsize=2)
+def _tokenizer(model: str):
+    from tokenizers import Tokenizer
+
+    file = resolve_model_path(model) / "tokenizer.json"
+    if not file.exists():
+        raise ModelError(f"{file.parent} has no tokenizer.json: it is not a sentence-transformers model folder")
+    tok = Tokenizer.from_file(str(file))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok

@@ -31,3 +31,11 @@ class ModelError(KbtoolError):
 
 class ParseError(KbtoolError):
     """One file could not be parsed; ingest reports it and goes on."""
+
+
+class ContractError(InputError):
+    """The retrieval contract is malformed or asks for something the store cannot give."""
+
+
+class AccessError(InputError):
+    """A query names an unknown principal, or none where the contract requires one."""

@@ -190,6 +190,6 @@ def test_rrf_k_of_the_config_is_used(sample_store, embedder):
 
     q = "refund window for European customers"
     for k in (60, 1):
-        hit = Retriever(sample_store, embedder, RetrieverConfig(rrf_k=k)).search(q, top_k=1)[0]
+        hit = Retriever(sample_store, embedder, RetrieverConfig(rrf_k=k)).search(q, mode="hybrid", top_k=1)[0]
         expected = sum(1 / (k + r) for r in (hit.dense_rank, hit.bm25_rank) if r)
         assert hit.score == pytest.approx(expected, abs=1e-6)

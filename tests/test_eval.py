@@ -88,14 +88,14 @@ def test_lint_flags_documents_and_evidence_the_store_lacks(sample_store, tmp_pat
 # ---- the report -------------------------------------------------------------------------------
 def test_report_has_modes_side_by_side_and_tags(sample_report):
     data = sample_report.to_dict()
-    assert data["config"]["modes"] == ["bm25", "dense", "hybrid"]
-    assert set(data["metrics"]["hybrid"]) == {f"{m}@{k}" for m in
+    assert data["config"]["modes"] == ["bm25", "dense", "contract"]
+    assert set(data["metrics"]["contract"]) == {f"{m}@{k}" for m in
                                               ("hit_rate", "mrr", "ndcg", "recall", "precision", "map")
                                               for k in (1, 3, 5, 10)}
     assert data["by_tag"]["exact-id"]["metrics"]["bm25"]["hit_rate@5"] > 0.8
     assert data["by_tag"]["paraphrase"]["metrics"]["dense"]["hit_rate@5"] > \
         data["by_tag"]["paraphrase"]["metrics"]["bm25"]["hit_rate@5"]
-    d = data["fused_vs_best_single"]["hybrid"]["ndcg@10"]
+    d = data["fused_vs_best_single"]["contract"]["ndcg@10"]
     assert d["delta"] == pytest.approx(d["value"] - d["best_single_value"], abs=1e-6)
     assert data["question_set"]["unanswerable"] >= 10
     assert json.loads(json.dumps(data)) == data
@@ -134,7 +134,7 @@ def test_trec_files_rescored_by_ranx_give_the_same_numbers(sample_report, tmp_pa
     qrels = ranx.Qrels.from_file(str(tmp_path / "qrels.trec"), kind="trec")
     names = ["ndcg@10", "mrr@10", "hit_rate@5", "map@10", "recall@10", "precision@5"]
     ours = sample_report.metrics()
-    for mode in ("bm25", "dense", "hybrid"):
+    for mode in ("bm25", "dense", "contract"):
         run = ranx.Run.from_file(str(tmp_path / f"run.{mode}.trec"), kind="trec")
         theirs = ranx.evaluate(qrels, run, names)  # same query set in run and qrels: no make_comparable
         for n in names:
@@ -146,7 +146,7 @@ def test_out_writes_every_file(sample_report, tmp_path):
 
     files = {p.name for p in write_outputs(sample_report, tmp_path)}
     assert files == {"summary.json", "per_question.csv", "qrels.trec", "run.bm25.trec", "run.dense.trec",
-                     "run.hybrid.trec", "report.html"}
+                     "run.contract.trec", "report.html"}
     df = pd.read_csv(tmp_path / "per_question.csv")
     assert len(df) == 3 * len(sample_report.results)
     assert {"first_relevant_rank", "top_score", "ndcg@10", "mode", "tags"} <= set(df.columns)
@@ -176,10 +176,10 @@ def test_randomisation_test_matches_the_exact_p_value(sample_report):
          "modes": {m: {"metrics": {k: v - 0.1 for k, v in mr.metrics.items()}} for m, mr in r.modes.items()}}
         for r in answerable]}
     out = compare_to_baseline(report, read_baseline(base, report.config.modes), permutations=20000, seed=1)
-    v = out["modes"]["hybrid"]["metrics"]["ndcg@10"]
+    v = out["modes"]["contract"]["metrics"]["ndcg@10"]
     assert v["delta"] == pytest.approx(0.1, abs=1e-9)
     assert v["p_value"] == pytest.approx(2 / 32, abs=0.01)
-    assert len(out["modes"]["hybrid"]["better"]) == 5
+    assert len(out["modes"]["contract"]["better"]) == 5
 
 
 def test_cli_eval_json_out_gates_and_baseline(sample_store, tmp_path):
@@ -229,7 +229,7 @@ def test_all_unanswerable_set_reports_refusals_only(sample_store, retriever, tmp
     path = write(tmp_path / "u.jsonl", '{"id": "u1", "question": "how do I bake bread", "relevant": []}\n')
     report = evaluate(sample_store, load_questions(path), EvalConfig(thresholds={"dense": 0.9}), retriever=retriever)
     data = report.to_dict()
-    assert data["metrics"]["hybrid"]["ndcg@10"] is None and data["fused_vs_best_single"] == {}
+    assert data["metrics"]["contract"]["ndcg@10"] is None and data["fused_vs_best_single"] == {}
     assert data["refusal"]["dense"]["correctly_refused"] == 1
     r = runner.invoke(app, ["eval", str(path), "--store", str(sample_store.path), "-q", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output

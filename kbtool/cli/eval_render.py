@@ -69,19 +69,17 @@ def render(report, console) -> None:
                              end_section=i == len(headline) - 1)
         console.print(tags)
 
-    no_threshold = all(r["threshold"] is None for r in data["refusal"].values())
-    if qs["unanswerable"] or not no_threshold:
+    if qs["unanswerable"] or data["refusal"]:
         refusal = Table(title="Refusals (unanswerable questions)", title_justify="left")
         for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)"):
             refusal.add_column(col, justify="right" if col != "mode" else "left")
         for m, r in data["refusal"].items():
-            refusal.add_row(escape(m), "none" if r["threshold"] is None else f"{r['threshold']:g}",
+            refusal.add_row(escape(m), "contract" if r["threshold"] is None else f"{r['threshold']:g}",
                             f"{r['correctly_refused']} / {r['unanswerable']}",
                             f"{r['wrongly_refused']} / {r['answerable']}")
         console.print(refusal)
-        if no_threshold:
-            console.print("[dim]No --threshold set: only a question with no result at all counts as refused. "
-                          "Top scores per question are in --json / --out to choose a threshold.[/]")
+        console.print("[dim]threshold 'contract': the contract's decide.thresholds (and tiers) on the top hit's "
+                      "confidence; per-question confidences are in --json / --out.[/]")
 
     if data["gates"]:
         gates = Table(title="Gates", title_justify="left")

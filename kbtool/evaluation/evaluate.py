@@ -17,12 +17,13 @@ from typing import Callable, Sequence
 
 from .. import __version__
 from ..errors import InputError, UsageError
-from ..query.retriever import Hit, parse_mode
+from ..query.pipeline import Hit
+from ..query.retriever import is_single, parse_mode
 from .metrics import DEFAULT_METRICS, METRICS, parse_metric, score
 from .questions import Question, QuestionSet, contains_evidence, evidence_regex, trec_id, write_trec_qrels
 
 DEFAULT_KS = (1, 3, 5, 10)
-DEFAULT_MODES = ("bm25", "dense", "hybrid")
+DEFAULT_MODES = ("bm25", "dense", "contract")
 HEADLINE = ("hit_rate@5", "mrr@10", "ndcg@10")
 
 
@@ -34,7 +35,8 @@ class EvalConfig:
     level: str = "auto"  # auto | doc | chunk
     depth: int = 100
     thresholds: dict[str, float] = field(default_factory=dict)
-    filters: dict[str, str] = field(default_factory=dict)
+    filters: list[str] | dict = field(default_factory=list)
+    contract_names: Sequence[str] = ()  # modes that name a contract (eval --contract a.yaml --contract b.yaml)
 
     def metric_names(self) -> list[str]:
         return [f"{m}@{k}" for m in self.metrics for k in sorted(set(self.ks))]
@@ -46,7 +48,8 @@ class EvalConfig:
         if not self.modes:
             raise UsageError("no modes to evaluate")
         for mode in self.modes:
-            parse_mode(mode)
+            if mode not in self.contract_names:
+                parse_mode(mode)
         for m in self.metrics:
             if m not in METRICS:
                 raise UsageError(f"unknown metric {m!r}: use {', '.join(METRICS)}")
@@ -60,6 +63,8 @@ class EvalConfig:
         if unknown:
             raise UsageError(f"--threshold for mode(s) not evaluated: {', '.join(sorted(unknown))}")
         self.depth = max(self.depth, max(self.ks))
+        if isinstance(self.filters, dict):
+            self.filters = [f"{k}={v}" for k, v in self.filters.items()]
 
 
 @dataclass
@@ -67,7 +72,7 @@ class ModeResult:
     ranking: list[str]
     unit_scores: list[float]
     qrels: dict[str, float]
-    top_score: float | None
+    top_score: float | None  # the top hit's confidence
     refused: bool
     first_relevant_rank: int | None
     metrics: dict[str, float]
@@ -125,7 +130,7 @@ class EvalReport:
 
     def deltas(self) -> dict[str, dict]:
         """For each fused mode: its value minus the best single retriever's, per metric."""
-        singles = [m for m in self.config.modes if parse_mode(m)[0] in ("dense", "bm25")]
+        singles = [m for m in self.config.modes if _single(m)]
         fused = [m for m in self.config.modes if m not in singles]
         if not singles or not fused or not self.answerable():
             return {}
@@ -187,19 +192,49 @@ class EvalReport:
 
 
 # ---- running ---------------------------------------------------------------------------------
-def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None,
-             progress: Callable[[int, int], None] | None = None, source: str = "") -> EvalReport:
-    """Run every mode over every question and score it. ``progress(advance, total)``."""
-    from ..query.retriever import Retriever
+def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None, contract=None,
+             contracts: dict | None = None, progress: Callable[[int, int], None] | None = None,
+             source: str = "") -> EvalReport:
+    """Run every mode over every question through the contract pipeline and score it.
+
+    Modes are named fusion settings over ``contract`` (see ``kbtool.query.retriever``);
+    ``contracts`` ({name: Contract}) adds one mode per named contract, so several contracts are
+    compared side by side. A question is refused when the contract decides so (its thresholds, per
+    tier), or, for a mode given in ``config.thresholds``, when the top confidence is below that.
+    ``progress(advance, total)``.
+    """
+    from ..contract import default_contract
+    from ..query.pipeline import answer, gather, scope
+    from ..query.retriever import contract_for_mode
 
     config = config or EvalConfig()
+    contracts = dict(contracts or {})
+    base = contract or (next(iter(contracts.values())) if contracts else default_contract())
+    config.contract_names = list(contracts)
+    for name in contracts:
+        if name not in config.modes:
+            config.modes = [*config.modes, name]
+    named = {m: contracts[m] for m in config.modes if m in contracts}
+    plain = [m for m in config.modes if m not in contracts]
+    for m in plain:
+        parse_mode(m)
     config.validate()
-    retriever = retriever or Retriever(store)
+    embedder = getattr(retriever, "embedder", None)
     questions = qs.questions
-    total = len(questions)
+    texts = [q.question for q in questions]
+    total = len(questions) * (1 + len(named))
     cb = (lambda n: progress(n, total)) if progress else None
-    runs = retriever.run([q.question for q in questions], list(config.modes), config.depth, config.filters,
-                         progress=cb)
+    sc = scope(store, base, config.filters)
+    # One gathering per distinct contract: candidates are shared by every mode over it.
+    groups = [(base, {m: contract_for_mode(base, m) for m in plain})] if plain else []
+    groups += [(c, {m: c}) for m, c in named.items()]
+    answers: dict[str, list] = {}
+    for gbase, variants in groups:
+        cands = gather(store, gbase, texts, sc=sc, embedder=embedder, depth=config.depth,
+                       retrievers=("dense", "bm25"), progress=cb)
+        for mode, variant in variants.items():
+            answers[mode] = [answer(store, variant, c, sc=sc, tags=q.tags, top_k=config.depth, explain=False)
+                             for c, q in zip(cands, questions)]
     matcher = _EvidenceMatcher(store)
     names = config.metric_names()
     results = []
@@ -209,14 +244,18 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
             level = "chunk" if any(r.evidence or r.section for r in q.relevant) else "doc"
         modes = {}
         for mode in config.modes:
-            hits = runs[mode][i]
+            ans = answers[mode][i]
+            hits = ans.hits
             if level == "doc":
                 ranking, unit_scores, qrels = _doc_units(hits, q)
             else:
                 ranking, unit_scores, qrels = _chunk_units(hits, q, matcher)
-            top = hits[0].score if hits else None
+            top = ans.confidence
             threshold = config.thresholds.get(mode)
-            refused = not hits or (threshold is not None and top < threshold)
+            if threshold is not None:
+                refused = not hits or top < threshold
+            else:
+                refused = ans.decision == "refuse"
             first = next((n for n, u in enumerate(ranking, start=1) if qrels.get(u, 0) >= 1), None)
             modes[mode] = ModeResult(
                 ranking, unit_scores, qrels, top, refused, first,
@@ -225,6 +264,13 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
             )
         results.append(QuestionResult(q, level, modes))
     return EvalReport(qs, config, results, _store_info(store), source=source)
+
+
+def _single(mode: str) -> bool:
+    try:
+        return is_single(mode)
+    except UsageError:  # a named contract
+        return False
 
 
 def _round(v: float | None) -> float | None:
@@ -314,10 +360,10 @@ def parse_gate(spec: str, default_mode: str) -> dict:
 
 
 def primary_mode(modes: Sequence[str]) -> str:
-    """The mode gates apply to by default: hybrid if evaluated, else the first fused, else the first."""
-    if "hybrid" in modes:
-        return "hybrid"
-    fused = [m for m in modes if parse_mode(m)[0] not in ("dense", "bm25")]
+    """The mode gates apply to by default: contract if evaluated, else the first fused, else the first."""
+    if "contract" in modes:
+        return "contract"
+    fused = [m for m in modes if not _single(m)]
     return (fused or list(modes))[0]
 
 

@@ -67,7 +67,7 @@ def render_html(data: dict) -> str:
         tag_rows.append(row)
     tags = _table(["tag", "n", *[f"{m} {n}" for m in modes for n in headline]], tag_rows)
     refusal = _table(["mode", "threshold", "unanswerable", "correctly refused", "answerable", "wrongly refused"],
-                     [[m, r["threshold"], r["unanswerable"], r["correctly_refused"], r["answerable"],
+                     [[m, "contract" if r["threshold"] is None else r["threshold"], r["unanswerable"], r["correctly_refused"], r["answerable"],
                        r["wrongly_refused"]] for m, r in data["refusal"].items()])
     deltas = ""
     for fused, per in data["fused_vs_best_single"].items():

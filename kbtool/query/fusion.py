@@ -1,15 +1,79 @@
-"""Rank fusion."""
+"""Fusion: one ranked list from the dense and BM25 candidates of a question.
+
+- ``weighted``: each retriever's scores normalised over the candidates (min-max or z-score),
+  then ``w_dense * dense + w_bm25 * bm25``.
+- ``rrf``: reciprocal rank fusion, ``sum 2 * w / (k + rank)`` (equal weights = plain RRF,
+  Cormack, Clarke & Buettcher, SIGIR 2009, k = 60).
+- ``dense`` / ``bm25``: one retriever alone.
+
+A score is NaN where a retriever did not score a candidate (``fill_missing`` off); it then counts
+as the bottom of that retriever's scale (0 after min-max) and gets no RRF term. Ties are broken
+by chunk id, so every ranking is deterministic.
+"""
 
 from __future__ import annotations
+
+import numpy as np
 
 RRF_K = 60
 
 
-def rrf(rankings: list[list[str]], k: int = RRF_K) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion: score(d) = sum over rankings of 1 / (k + rank(d)), rank from 1.
+def normalise(scores: np.ndarray, how: str) -> np.ndarray:
+    """Min-max to [0, 1] or z-score; NaN (unknown) becomes the bottom of the scale."""
+    known = ~np.isnan(scores)
+    out = np.zeros_like(scores, dtype=np.float64)
+    if not known.any():
+        return out
+    vals = scores[known]
+    if how == "zscore":
+        sd = vals.std()
+        z = (scores - vals.mean()) / sd if sd > 0 else np.zeros_like(scores)
+        floor = z[known].min() if sd > 0 else 0.0
+        return np.where(known, z, floor)
+    lo, hi = vals.min(), vals.max()
+    if hi > lo:
+        out = (scores - lo) / (hi - lo)
+    else:
+        out = np.ones_like(scores, dtype=np.float64)
+    return np.where(known, out, 0.0)
 
-    k = 60 as in Cormack, Clarke & Buettcher (SIGIR 2009). Ties are broken by id.
-    """
+
+def ranks(ids: list[str], scores: np.ndarray) -> np.ndarray:
+    """1-based rank of each id by score (desc, ties by id); NaN scores get no rank (inf)."""
+    order = sorted((i for i in range(len(ids)) if not np.isnan(scores[i])), key=lambda i: (-scores[i], ids[i]))
+    out = np.full(len(ids), np.inf)
+    for r, i in enumerate(order, start=1):
+        out[i] = r
+    return out
+
+
+def fuse(ids: list[str], dense: np.ndarray, bm25: np.ndarray, *, method: str, w_dense: float, w_bm25: float,
+         normalization: str = "minmax", rrf_k: int = RRF_K) -> list[tuple[str, float]]:
+    """[(chunk_id, fused score)] best first."""
+    if not ids:
+        return []
+    if method == "dense":
+        fused, keep = dense, ~np.isnan(dense)
+    elif method == "bm25":
+        fused, keep = bm25, ~np.isnan(bm25) & (np.nan_to_num(bm25) > 0)
+    elif method == "rrf":
+        fused = np.zeros(len(ids))
+        for scores, w in ((dense, w_dense), (bm25, w_bm25)):
+            if w > 0:
+                r = ranks(ids, np.where(scores > 0, scores, np.nan) if scores is bm25 else scores)
+                fused += np.where(np.isfinite(r), 2 * w / (rrf_k + r), 0.0)
+        keep = fused > 0
+    elif method == "weighted":
+        fused = w_dense * normalise(dense, normalization) + w_bm25 * normalise(bm25, normalization)
+        keep = ~(np.isnan(dense) & np.isnan(bm25))
+    else:  # pragma: no cover - the contract validates the method
+        raise ValueError(method)
+    order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-fused[i], ids[i]))
+    return [(ids[i], float(fused[i])) for i in order]
+
+
+def rrf(rankings: list[list[str]], k: int = RRF_K) -> list[tuple[str, float]]:
+    """Reciprocal Rank Fusion: score(d) = sum over rankings of 1 / (k + rank(d)), rank from 1."""
     scores: dict[str, float] = {}
     for ranking in rankings:
         for rank, item in enumerate(ranking, start=1):

@@ -1,181 +1,122 @@
-"""The Retriever: dense (Chroma), BM25 and hybrid (RRF) search over one store.
+"""Retrieval modes: named fusion settings over the contract, for `query --mode` and `eval --modes`.
 
-Filters are applied inside both retrievers, before fusion: Chroma gets a ``where`` clause and
-BM25 scores only the chunks the catalog says match, so a filter never empties the fused list
-by cutting after the fact.
+    contract   the contract as written (per-type weights, its fusion)
+    dense      the embedding retriever alone
+    bm25       the BM25 retriever alone
+    hybrid     plain RRF, k = 60 (no per-type rules)
+    rrf:K      plain RRF with another k
+    weighted:W normalised-score fusion with dense weight W (no per-type rules)
+
+Every mode runs the same pipeline (``kbtool.query.pipeline``); a mode only overrides
+``retrieve.fusion`` (and drops ``retrieve.rules`` where the mode states its own weights).
+``Retriever`` is a convenience wrapper for scripts and tests: ``Retriever(store).search(q, "bm25")``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..errors import InputError, UsageError
-from .fusion import RRF_K, rrf, weighted
+from ..errors import UsageError
 
-MODE_HELP = "hybrid (RRF, k=60), dense, bm25, rrf:K (RRF with another k) or weighted:W (min-max fusion, dense weight W)"
+MODE_HELP = ("contract (the contract's fusion and rules), dense, bm25, hybrid (RRF k=60), rrf:K "
+             "or weighted:W (normalised fusion, dense weight W)")
 
 
-def parse_mode(mode: str) -> tuple[str, float | None]:
-    """'hybrid' -> ('rrf', 60); 'rrf:10' -> ('rrf', 10); 'weighted:0.7' -> ('weighted', 0.7)."""
+_EQUAL = {"dense": 0.5, "bm25": 0.5}
+
+
+def parse_mode(mode: str) -> dict | None:
+    """The fusion override of a mode (None for 'contract'); raises UsageError for an unknown mode."""
     name, _, arg = mode.partition(":")
     try:
+        if name == "contract" and not arg:
+            return None
         if name in ("dense", "bm25") and not arg:
-            return name, None
+            return {"method": name}
         if name == "hybrid" and not arg:
-            return "rrf", float(RRF_K)
+            return {"method": "rrf", "rrf_k": 60, "weights": _EQUAL, "rules": []}
         if name == "rrf":
-            k = float(arg) if arg else float(RRF_K)
+            k = int(arg) if arg else 60
             if k > 0:
-                return "rrf", k
+                return {"method": "rrf", "rrf_k": k, "weights": _EQUAL, "rules": []}
         if name == "weighted":
             w = float(arg) if arg else 0.5
             if 0.0 <= w <= 1.0:
-                return "weighted", w
+                return {"method": "weighted", "weights": {"dense": w, "bm25": round(1 - w, 10)}, "rules": []}
     except ValueError:
         pass
     raise UsageError(f"unknown mode {mode!r}: use {MODE_HELP}")
 
 
-@dataclass
-class Hit:
-    rank: int
-    chunk_id: str
-    doc_id: str
-    score: float
-    text: str
-    section_path: str
-    page: int | None
-    title: str
-    filetype: str
-    char_start: int
-    char_end: int
-    dense_rank: int | None = None
-    dense_score: float | None = None
-    bm25_rank: int | None = None
-    bm25_score: float | None = None
+def is_single(mode: str) -> bool:
+    over = parse_mode(mode)
+    return bool(over) and over["method"] in ("dense", "bm25")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+def contract_for_mode(contract, mode: str):
+    """A copy of ``contract`` with the mode's fusion."""
+    over = parse_mode(mode)
+    if over is None:
+        return contract
+    over = dict(over)
+    rules = over.pop("rules", None)
+    data = contract.model_dump()
+    data["retrieve"]["fusion"].update(over)
+    if rules is not None:
+        data["retrieve"]["rules"] = rules
+    return type(contract).model_validate(data)
 
 
 @dataclass
 class RetrieverConfig:
     candidates: int = 100  # depth taken from each retriever before fusion
-    rrf_k: int = RRF_K
+    rrf_k: int = 60  # the k of the 'hybrid' mode
     filters: dict = field(default_factory=dict)
 
 
 class Retriever:
-    def __init__(self, store, embedder=None, config: RetrieverConfig | None = None):
+    """Search a store in any mode through the contract pipeline."""
+
+    def __init__(self, store, embedder=None, config: RetrieverConfig | None = None, contract=None):
+        from ..contract import default_contract
+
         store.require_indexed()
         self.store = store
-        self._embedder = embedder
+        self.embedder = embedder
         self.config = config or RetrieverConfig()
+        self.contract = contract or default_contract()
 
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            from ..embed import load_embedder
+    def _contract(self, mode: str):
+        c = contract_for_mode(self.contract, mode)
+        data = c.model_dump()
+        data["retrieve"]["candidates"] = self.config.candidates
+        if mode == "hybrid":
+            data["retrieve"]["fusion"]["rrf_k"] = self.config.rrf_k
+        return type(c).model_validate(data)
 
-            self._embedder = load_embedder(self.store.model_id)
-        self.store.check_model(self._embedder.model_id)
-        return self._embedder
-
-    def search(self, query: str, mode: str = "hybrid", top_k: int = 10, filters: dict | None = None) -> list[Hit]:
-        return self.search_many([query], mode, top_k, filters)[0]
-
-    def search_many(self, queries: Sequence[str], mode: str = "hybrid", top_k: int = 10,
-                    filters: dict | None = None) -> list[list[Hit]]:
-        """Search several queries, encoding them in one batch."""
-        return self.run(queries, [mode], top_k, filters)[mode]
+    def search(self, query: str, mode: str = "contract", top_k: int = 10, filters: dict | None = None) -> list:
+        return self.run([query], [mode], top_k, filters)[mode][0]
 
     def run(self, queries: Sequence[str], modes: Sequence[str], top_k: int = 10, filters: dict | None = None,
-            progress=None, batch_size: int = 64) -> dict[str, list[list[Hit]]]:
-        """Run several modes over many queries; each query is embedded and BM25-scored once.
+            progress=None) -> dict[str, list[list]]:
+        """Hits per mode per query; candidates are gathered once for all modes."""
+        from .pipeline import answer, gather, scope
 
-        ``progress(n)`` is called after each batch of n queries.
-        """
-        parsed = {m: parse_mode(m) for m in modes}
         if top_k < 1:
             raise UsageError("--top-k must be at least 1")
-        filters = {**self.config.filters, **(filters or {})}
-        if filters:
-            unknown = set(filters) - self.store.metadata_keys()
-            if unknown:
-                raise InputError(
-                    f"unknown filter key(s) {', '.join(sorted(unknown))}: known keys are "
-                    + ", ".join(sorted(self.store.metadata_keys()))
-                )
-        need_dense = any(kind != "bm25" for kind, _ in parsed.values())
-        need_bm25 = any(kind != "dense" for kind, _ in parsed.values())
-        mask = None
-        if need_bm25 and filters:  # the filter's chunks, looked up once for every query of the run
-            mask = self.store.bm25().mask(self.store.chunk_ids_matching(filters))
-        depth = max(top_k, self.config.candidates)
-        out: dict[str, list[list[Hit]]] = {m: [] for m in modes}
-        queries = list(queries)
-        for start in range(0, len(queries), batch_size):
-            batch = queries[start : start + batch_size]
-            dense = self._dense(batch, depth, filters) if need_dense else [[] for _ in batch]
-            bm25 = self._bm25(batch, depth, mask) if need_bm25 else [[] for _ in batch]
-            for mode, (kind, arg) in parsed.items():
-                for d, b in zip(dense, bm25):
-                    if kind == "dense":
-                        fused = d
-                    elif kind == "bm25":
-                        fused = b
-                    elif kind == "rrf":
-                        # Fusion always sees the same candidate depth, whatever top_k asks for.
-                        k = self.config.rrf_k if mode == "hybrid" else arg
-                        n = self.config.candidates
-                        fused = rrf([[c for c, _ in d[:n]], [c for c, _ in b[:n]]], k=k)
-                    else:
-                        n = self.config.candidates
-                        fused = weighted(d[:n], b[:n], arg)
-                    out[mode].append(self._hits(fused[:top_k], d, b))
-            if progress:
-                progress(len(batch))
-        return out
+        specs = [f"{k}={v}" for k, v in {**self.config.filters, **(filters or {})}.items()]
+        contracts = {m: self._contract(m) for m in dict.fromkeys(modes)}
+        base = self._contract("contract")
+        sc = scope(self.store, base, specs)
+        needs = tuple(r for r in ("dense", "bm25")
+                      if any(c.retrieve.fusion.method in (r, "weighted", "rrf") for c in contracts.values()))
+        cands = gather(self.store, base, list(queries), sc=sc, embedder=self.embedder, depth=top_k,
+                       retrievers=needs, progress=progress)
+        return {m: [answer(self.store, c, cd, sc=sc, top_k=top_k, explain=False).hits for cd in cands]
+                for m, c in contracts.items()}
 
-    def _dense(self, queries, depth, filters) -> list[list[tuple[str, float]]]:
-        col = self.store.collection()
-        n = col.count()
-        if n == 0:
-            return [[] for _ in queries]
-        vectors = self.embedder.embed_queries(list(queries))
-        where = None
-        if filters:
-            clauses = [{k: v} for k, v in filters.items()]
-            where = clauses[0] if len(clauses) == 1 else {"$and": clauses}
-        res = col.query(query_embeddings=vectors, n_results=min(depth, n), where=where, include=["distances"])
-        out = []
-        for ids, dists in zip(res["ids"], res["distances"]):
-            ranked = sorted(((cid, 1.0 - float(dist)) for cid, dist in zip(ids, dists)), key=lambda x: (-x[1], x[0]))
-            out.append(ranked)
-        return out
-
-    def _bm25(self, queries, depth, mask) -> list[list[tuple[str, float]]]:
-        index = self.store.bm25()
-        analyzer = self.store.analyzer
-        return [index.search(analyzer(q), depth, mask) for q in queries]
-
-    def _hits(self, fused, dense, bm25) -> list[Hit]:
-        rows = self.store.chunks_by_id([cid for cid, _ in fused])
-        d_rank = {cid: (i + 1, s) for i, (cid, s) in enumerate(dense)}
-        b_rank = {cid: (i + 1, s) for i, (cid, s) in enumerate(bm25)}
-        hits = []
-        for cid, score in fused:
-            row = rows.get(cid)
-            if row is None:  # index ahead of catalog: never return a ghost
-                continue
-            dr, ds = d_rank.get(cid, (None, None))
-            br, bs = b_rank.get(cid, (None, None))
-            hits.append(Hit(
-                rank=len(hits) + 1, chunk_id=cid, doc_id=row["doc_id"], score=round(score, 6),
-                text=row["text"], section_path=row["section_path"], page=row["page"], title=row["title"],
-                filetype=row["filetype"], char_start=row["char_start"], char_end=row["char_end"],
-                dense_rank=dr, dense_score=None if ds is None else round(ds, 6),
-                bm25_rank=br, bm25_score=None if bs is None else round(bs, 6),
-            ))
-        return hits
+    def search_many(self, queries: Sequence[str], mode: str = "contract", top_k: int = 10,
+                    filters: dict | None = None) -> list[list]:
+        """Search several queries, gathering (and embedding) them in one batch."""
+        return self.run(queries, [mode], top_k, filters)[mode]

@@ -364,14 +364,52 @@ class Store:
         row = self.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
         return row[0] if row else None
 
-    def chunk_vectors(self) -> list[tuple[str, np.ndarray]]:
-        """(chunk_id, vector) for every chunk with a cached vector of the store's model."""
+    def chunk_vectors(self, chunk_ids: list[str] | None = None) -> dict[str, np.ndarray]:
+        """chunk_id -> cached vector of the store's model, for these chunks (or every chunk)."""
+        q = ("SELECT c.chunk_id, e.vector FROM chunks c"
+             " JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?")
+        if chunk_ids is None:
+            rows = self.db.execute(q, (self.model_id,)).fetchall()
+        else:
+            rows = []
+            for start in range(0, len(chunk_ids), 500):
+                part = chunk_ids[start : start + 500]
+                rows += self.db.execute(q + f" WHERE c.chunk_id IN ({','.join('?' * len(part))})",
+                                        [self.model_id, *part]).fetchall()
+        return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+    def chunk_metadata(self) -> list[tuple[str, str, dict]]:
+        """(chunk_id, doc_id, metadata) of every chunk, read once per catalog generation."""
+        gen = self.generation()
+        if getattr(self, "_meta_cache", (None,))[0] != gen:
+            rows = self.db.execute("SELECT chunk_id, doc_id, meta FROM chunks").fetchall()
+            self._meta_cache = (gen, [(r[0], r[1], json.loads(r[2])) for r in rows])
+        return self._meta_cache[1]
+
+    def any_chunk_contains(self, phrase: str, chunk_ids: set[str] | None = None) -> bool:
+        """Whether the text (or section path) of any chunk, within ``chunk_ids``, holds ``phrase``
+        (case-insensitive substring)."""
+        needle = phrase.lower()
         rows = self.db.execute(
-            "SELECT c.chunk_id, e.vector FROM chunks c"
-            " JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?",
-            (self.model_id,),
-        ).fetchall()
-        return [(r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows]
+            "SELECT chunk_id FROM chunks WHERE instr(lower(prefix || ' ' || text), ?) > 0", (needle,))
+        return any(chunk_ids is None or r[0] in chunk_ids for r in rows)
+
+    def has_bm25(self) -> bool:
+        return BM25Index.exists(self.path / "bm25")
+
+    def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None) -> list[list[tuple[str, float]]]:
+        """Nearest chunks by cosine for each query vector, best first, ties by id; ``doc_ids``
+        restricts the search to these documents (inside Chroma, before ranking)."""
+        col = self.collection()
+        n = col.count()
+        if n == 0 or (doc_ids is not None and not doc_ids):
+            return [[] for _ in range(len(vectors))]
+        where = None
+        if doc_ids is not None:
+            where = {"doc_id": {"$in": list(doc_ids)}}
+        res = col.query(query_embeddings=vectors, n_results=min(depth, n), where=where, include=["distances"])
+        return [sorted(((cid, 1.0 - float(d)) for cid, d in zip(ids, dists)), key=lambda x: (-x[1], x[0]))
+                for ids, dists in zip(res["ids"], res["distances"])]
 
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         out = {}

@@ -62,17 +62,21 @@ class BM25Index:
         mask[[self.row_of[c] for c in allowed if c in self.row_of]] = True
         return mask
 
-    def search(self, tokens: list[str], k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top-k (chunk_id, score) with score > 0, ties broken by chunk id; ``mask`` from ``mask()``."""
+    def scores(self, tokens: list[str], mask: np.ndarray | None = None) -> np.ndarray | None:
+        """BM25 score of every row for these query tokens (0 outside ``mask``); None if the index is empty."""
         if self.retriever is None:
-            return []
+            return None
         vocab = self.retriever.vocab_dict
         ids = [vocab[t] for t in tokens if t in vocab]
         if not ids:
-            return []
+            return np.zeros(len(self.chunk_ids))
         scores = np.asarray(self.retriever.get_scores(ids), dtype=np.float64)
-        if mask is not None:
-            scores = np.where(mask, scores, 0.0)
+        return np.where(mask, scores, 0.0) if mask is not None else scores
+
+    def top(self, scores: np.ndarray | None, k: int) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) with score > 0 from ``scores()``, ties broken by chunk id."""
+        if scores is None:
+            return []
         candidates = np.flatnonzero(scores > 0)
         if len(candidates) > k:
             candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
@@ -81,3 +85,47 @@ class BM25Index:
             candidates = np.flatnonzero(scores >= kth)
         ranked = sorted(((self.chunk_ids[i], float(scores[i])) for i in candidates), key=lambda x: (-x[1], x[0]))
         return ranked[:k]
+
+    def search(self, tokens: list[str], k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) with score > 0, ties broken by chunk id; ``mask`` from ``mask()``."""
+        return self.top(self.scores(tokens, mask), k)
+
+    def _postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
+        sc = self.retriever.scores
+        start, end = sc["indptr"][token_id], sc["indptr"][token_id + 1]
+        return sc["indices"][start:end], sc["data"][start:end]
+
+    def bound(self, tokens: list[str]) -> float:
+        """The score of a chunk as good as the best chunk on every query token: the sum, over the
+        tokens, of the best score any chunk gets for it. A token no chunk holds counts as a rare
+        term held once (idf of one chunk x tf-saturation at average length, 1 / (1 + k1))."""
+        if self.retriever is None:
+            return 0.0
+        vocab = self.retriever.vocab_dict
+        n = len(self.chunk_ids)
+        k1 = float(getattr(self.retriever, "k1", 1.2))
+        rare = float(np.log(max(1.0, (n - 1 + 0.5) / 1.5))) / (1.0 + k1)
+        total = 0.0
+        for t in tokens:
+            if t in vocab:
+                _, data = self._postings(vocab[t])
+                total += float(data.max()) if len(data) else 0.0
+            else:
+                total += rare
+        return total
+
+    def has_term(self, token: str, mask: np.ndarray | None = None) -> bool:
+        """Whether any chunk (within ``mask``) holds this analysed token."""
+        if self.retriever is None:
+            return False
+        tid = self.retriever.vocab_dict.get(token)
+        if tid is None:
+            return False
+        rows, _ = self._postings(tid)
+        if mask is None or not len(rows):
+            # a token in most chunks may have no stored postings (idf 0): it is in the vocabulary
+            return True
+        return bool(mask[rows].any())
+
+    def vocabulary(self) -> list[str]:
+        return [] if self.retriever is None else list(self.retriever.vocab_dict)

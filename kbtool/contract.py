@@ -1,0 +1,395 @@
+"""The retrieval contract: one versioned YAML file that says how a question becomes an answer.
+
+How a question is cleaned and truncated, which retrievers and how many candidates, how they are
+fused (and per detected question type), how near-duplicates are dropped, how confident an answer
+must be to be given, who may see what, and how hits become an LLM's context block.
+
+    contract = load_contract("kbtool.yaml", overrides=["retrieve.top_k=8"])
+    contract = Contract()            # the built-in default, identical to `kbtool contract init`
+
+The model is strict: unknown keys are errors, every error names its path
+(``retrieve.top_k: must be greater than 0``). ``dump_yaml(contract, comments=True)`` writes the
+commented file `contract init` creates; load -> dump -> load is the identity.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ContractError
+
+CONTRACT_FILE = "kbtool.yaml"
+QUESTION_TYPES = ("identifier", "cjk", "other")
+RETRIEVERS = ("dense", "bm25")
+CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
+                  "line"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---- 1. data spec ---------------------------------------------------------------------------
+class MetadataField(_Strict):
+    type: Literal["str", "date", "number", "tags"] = Field(
+        "str", description="str, date (ISO 8601, compared as dates), number, or tags (comma-separated list)")
+    required: bool = Field(False, description="every document must carry it (`contract validate --store` checks)")
+    filterable: bool = Field(True, description="may be used in --filter and retrieve.filters")
+
+
+def _default_metadata() -> dict[str, MetadataField]:
+    return {
+        "doc_id": MetadataField(required=True),
+        "dir": MetadataField(required=True),
+        "filetype": MetadataField(required=True),
+        "page": MetadataField(type="number"),
+        "access": MetadataField(type="tags"),
+    }
+
+
+class DataSpec(_Strict):
+    metadata: dict[str, MetadataField] = Field(
+        default_factory=_default_metadata,
+        description="metadata keys documents carry (doc_id, dir, filetype and page are set by kbtool; "
+                    "others come from `ingest --meta key=value`)")
+
+
+# ---- 2. preprocess --------------------------------------------------------------------------
+class Preprocess(_Strict):
+    clean: bool = Field(True, description="collapse whitespace, drop control characters, NFC-normalise")
+    max_query_tokens: int = Field(
+        128, gt=0, description="longest question in the embedding model's word pieces; longer ones are truncated")
+    truncation: Literal["head", "tail", "middle"] = Field(
+        "head", description="what a truncated question keeps: head (its start), tail (its end), "
+                            "middle (its start and end, dropping the middle)")
+    thesaurus: dict[str, list[str]] = Field(
+        default_factory=dict, description="term -> synonyms appended to the question, e.g. {上下文理解: [语境推测]}")
+    thesaurus_applies_to: list[Literal["dense", "bm25"]] = Field(
+        default_factory=lambda: ["bm25"], description="which retrievers see the thesaurus expansion")
+
+    @field_validator("thesaurus")
+    @classmethod
+    def _no_empty_terms(cls, v):
+        for term, syns in v.items():
+            if not str(term).strip():
+                raise ValueError("a thesaurus term is empty")
+            if not syns or any(not str(s).strip() for s in syns):
+                raise ValueError(f"{term!r}: give a non-empty list of synonyms")
+        return v
+
+
+# ---- 3. retrieve ----------------------------------------------------------------------------
+class Weights(_Strict):
+    dense: float = Field(0.7, ge=0, le=1)
+    bm25: float = Field(0.3, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _not_both_zero(self):
+        if self.dense + self.bm25 <= 0:
+            raise ValueError("dense and bm25 weights are both 0: give at least one a weight")
+        return self
+
+    def normalised(self) -> tuple[float, float]:
+        total = self.dense + self.bm25
+        return self.dense / total, self.bm25 / total
+
+
+class Fusion(_Strict):
+    method: Literal["weighted", "rrf", "dense", "bm25"] = Field(
+        "weighted", description="weighted (normalised scores), rrf (reciprocal rank), or one retriever alone")
+    rrf_k: int = Field(60, gt=0, description="RRF constant (Cormack et al. 2009)")
+    normalization: Literal["minmax", "zscore"] = Field(
+        "minmax", description="how weighted fusion puts both retrievers' scores on one scale, per question")
+    weights: Weights = Field(default_factory=Weights, description="weights when no rule below matches")
+    fill_missing: bool = Field(
+        True, description="a candidate found by one retriever gets its real score from the other "
+                          "(cosine of its stored vector, BM25 score of its row) instead of 0")
+
+
+class Rule(_Strict):
+    when: Literal["identifier", "cjk", "other"] = Field(description="a detected question type")
+    weights: Weights
+
+
+def _default_rules() -> list[Rule]:
+    return [
+        # Error codes, versions, API paths, config keys: BM25 matches them exactly, the model does not.
+        Rule(when="identifier", weights=Weights(dense=0.3, bm25=0.7)),
+        # A CJK question on a model not declared multilingual: the vectors carry little meaning.
+        Rule(when="cjk", weights=Weights(dense=0.1, bm25=0.9)),
+    ]
+
+
+class Retrieve(_Strict):
+    top_k: int = Field(5, gt=0, description="results returned")
+    candidates: int = Field(100, gt=0, description="candidates taken from each retriever before fusion")
+    fusion: Fusion = Field(default_factory=Fusion)
+    rules: list[Rule] = Field(default_factory=_default_rules,
+                              description="per detected question type, the first matching rule's weights")
+    model_multilingual: bool = Field(
+        False, description="the embedding model reads CJK: the cjk rule is then not applied")
+    filters: list[str] = Field(default_factory=list,
+                               description="filters applied to every question, same syntax as --filter")
+
+    @field_validator("filters")
+    @classmethod
+    def _filters_parse(cls, v):
+        from .query.filters import parse_filter
+
+        for spec in v:
+            try:
+                parse_filter(spec)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+
+# ---- 4. post-process and context ------------------------------------------------------------
+class Dedup(_Strict):
+    enabled: bool = True
+    similarity: float = Field(
+        0.9, gt=0, le=1, description="drop a hit when this share of its word 3-grams is in a better hit")
+
+
+class Postprocess(_Strict):
+    dedup: Dedup = Field(default_factory=Dedup)
+
+
+class Context(_Strict):
+    max_tokens: int = Field(1500, gt=0, description="budget of the context block, in the model's word pieces")
+    header: str = Field("Answer from these sources. Cite them as [n].\n\n",
+                        description="text before the first source")
+    template: str = Field(
+        "[{n}] ### Source: {source}{page} — {section_path}\n{text}\n\n",
+        description="one hit; fields: " + ", ".join(sorted(CONTEXT_FIELDS)))
+    low_confidence_notice: str = Field(
+        "Note: these sources may not answer the question; say so if they do not.\n\n",
+        description="put first when the decision is low_confidence")
+    refusal: str = Field("The knowledge base has no source that answers this question.\n",
+                         description="the whole block when the decision is refuse")
+
+    @field_validator("template")
+    @classmethod
+    def _known_fields(cls, v):
+        try:
+            names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
+        except ValueError as exc:
+            raise ValueError(f"not a valid template ({exc})") from None
+        unknown = {n for n in names if n.split(".")[0].split("[")[0] not in CONTEXT_FIELDS}
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}: use {', '.join(sorted(CONTEXT_FIELDS))}")
+        return v
+
+
+# ---- 5. confidence and tiers ----------------------------------------------------------------
+class Thresholds(_Strict):
+    answer: float = Field(0.55, ge=0, le=1, description="top confidence at or above: answer")
+    low_confidence: float = Field(
+        0.45, ge=0, le=1, description="at or above (and below answer): answer with an uncertainty notice; below: refuse")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.low_confidence > self.answer:
+            raise ValueError("low_confidence must not be above answer")
+        return self
+
+
+class Decide(_Strict):
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    tiers: dict[str, Thresholds] = Field(
+        default_factory=dict,
+        description="thresholds per detected type (identifier, cjk, other) or question tag; first match wins")
+
+
+# ---- 6. access and 7. trace -----------------------------------------------------------------
+class Access(_Strict):
+    key: str = Field("access", description="document metadata key holding its permission tags (comma-separated)")
+    untagged: Literal["visible", "hidden"] = Field(
+        "visible", description="documents without tags, for a restricted query: visible to everyone, or hidden")
+    principals: dict[str, list[str]] = Field(
+        default_factory=dict, description="principal name -> tags it may read (query --principal NAME)")
+    require_principal: bool = Field(False, description="refuse queries that name no --principal or --allow")
+
+
+class Trace(_Strict):
+    path: Optional[str] = Field(None, description="append one JSONL record per question to this file")
+
+
+class Contract(_Strict):
+    contract_version: int = Field(ge=1, description="your version of this contract: bump it on every change")
+    data: DataSpec = Field(default_factory=DataSpec)
+    preprocess: Preprocess = Field(default_factory=Preprocess)
+    retrieve: Retrieve = Field(default_factory=Retrieve)
+    postprocess: Postprocess = Field(default_factory=Postprocess)
+    context: Context = Field(default_factory=Context)
+    decide: Decide = Field(default_factory=Decide)
+    access: Access = Field(default_factory=Access)
+    trace: Trace = Field(default_factory=Trace)
+
+    def weights_for(self, types: set[str]) -> tuple[float, float]:
+        """(dense, bm25) weights, summing to 1, for a question of these detected types."""
+        for rule in self.retrieve.rules:
+            if rule.when == "cjk" and self.retrieve.model_multilingual:
+                continue
+            if rule.when in types:
+                return rule.weights.normalised()
+        return self.retrieve.fusion.weights.normalised()
+
+    def thresholds_for(self, types: set[str], tags: set[str] = frozenset()) -> tuple[str, Thresholds]:
+        """(tier name, thresholds) for a question; 'default' when no tier matches."""
+        for name, tier in self.decide.tiers.items():
+            if name in types or name in tags:
+                return name, tier
+        return "default", self.decide.thresholds
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def default_contract() -> Contract:
+    return Contract(contract_version=1)
+
+
+# ---- loading --------------------------------------------------------------------------------
+def find_contract(path: str | Path | None = None) -> Path | None:
+    """--contract PATH, else $KBTOOL_CONTRACT, else ./kbtool.yaml if present, else None (the default)."""
+    if path:
+        return Path(path)
+    env = os.environ.get("KBTOOL_CONTRACT")
+    if env:
+        return Path(env)
+    local = Path(CONTRACT_FILE)
+    return local if local.is_file() else None
+
+
+def load_contract(path: str | Path | None = None, overrides: list[str] | None = None, *,
+                  search: bool = True) -> Contract:
+    """Load and validate a contract file (or the default), then apply ``a.b=c`` overrides."""
+    import yaml
+
+    source = find_contract(path) if search else (Path(path) if path else None)
+    if source is None:
+        data: dict = default_contract().to_dict()
+        where = "the built-in contract"
+    else:
+        where = str(source)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ContractError(f"{source}: no such contract file (create one with `kbtool contract init`)") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ContractError(f"{source}: cannot read it ({exc})") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark else ""
+            raise ContractError(f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        if not isinstance(data, dict):
+            raise ContractError(f"{source}: a contract is a YAML mapping with contract_version, retrieve, ...")
+    for item in overrides or []:
+        apply_override(data, item)
+    return validate_contract(data, where)
+
+
+def validate_contract(data: Any, where: str = "contract") -> Contract:
+    try:
+        return Contract.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = len(exc.errors()) - 1
+        raise ContractError(f"{where}: {format_error(first)}" + (f" (and {more} more)" if more else "")) from None
+
+
+def format_error(error: dict) -> str:
+    """'retrieve.top_k: must be greater than 0' from a pydantic error."""
+    path = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    msg = error["msg"]
+    msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
+    msg = msg.replace("Input should be", "must be").replace("Extra inputs are not permitted",
+                                                            "unknown key (check the spelling)")
+    if error["type"] == "missing":
+        msg = "required" + (": add `contract_version: 1`" if path == "contract_version" else "")
+    return f"{path}: {msg}"
+
+
+def apply_override(data: dict, item: str) -> None:
+    """Set ``a.b.c=value`` in a raw contract mapping; the value is parsed as YAML (numbers, lists)."""
+    import yaml
+
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ContractError(f"--set {item!r}: write path=value, e.g. retrieve.top_k=8")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        nxt = node.get(part) if isinstance(node, dict) else None
+        if nxt is None:
+            nxt = {}
+            node[part] = nxt
+        if not isinstance(nxt, dict):
+            raise ContractError(f"--set {item!r}: {part} is not a section")
+        node = nxt
+    if not isinstance(node, dict):
+        raise ContractError(f"--set {item!r}: cannot set inside a value")
+    node[parts[-1]] = value
+
+
+# ---- writing --------------------------------------------------------------------------------
+def dump_yaml(contract: Contract, comments: bool = True) -> str:
+    """YAML text of a contract; with comments, each key carries its description (the `init` file)."""
+    import yaml
+
+    if not comments:
+        return yaml.safe_dump(contract.to_dict(), sort_keys=False, allow_unicode=True, width=100)
+    head = ("# kbtool retrieval contract: how a question becomes an answer.\n"
+            "# Validate with `kbtool contract validate`, see the effective one with `kbtool contract show`.\n")
+    return head + "".join(_dump_model(contract, 0))
+
+
+def _dump_model(model: BaseModel, indent: int):
+    import yaml
+
+    pad = "  " * indent
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if info.description:
+            yield f"{pad}# {info.description}\n"
+        if isinstance(value, BaseModel):
+            yield f"{pad}{name}:\n"
+            yield from _dump_model(value, indent + 1)
+            continue
+        plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else _plain(value)
+        if isinstance(plain, (dict, list)) and plain:
+            text = yaml.safe_dump({name: plain}, sort_keys=False, allow_unicode=True, width=100)
+            yield "".join(f"{pad}{line}\n" for line in text.splitlines())
+        else:
+            yield f"{pad}{name}: {_scalar(plain)}\n"
+
+
+def _plain(value):
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _scalar(value) -> str:
+    import yaml
+
+    text = yaml.safe_dump(value, allow_unicode=True, width=10**6, default_flow_style=True).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()

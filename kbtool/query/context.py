@@ -1,0 +1,46 @@
+"""The context block an agent puts in its prompt: most relevant first, each chunk cited, within a
+token budget, built from the contract's template."""
+
+from __future__ import annotations
+
+
+def _fields(n: int, hit) -> dict:
+    return {
+        "n": n, "source": hit.doc_id, "doc_id": hit.doc_id, "title": hit.title,
+        "section_path": hit.section_path or hit.title, "page": f" p.{hit.page}" if hit.page else "",
+        "text": hit.text.strip(), "confidence": f"{hit.confidence:.2f}", "chunk_id": hit.chunk_id,
+        "line": "",
+    }
+
+
+def build_context(hits: list, decision: str, cfg, count_tokens) -> tuple[str, list[str]]:
+    """(block, chunk ids included). Whole hits only: one that does not fit ends the block, except
+    the first, which is cut to the budget so an answer never has an empty context."""
+    if decision == "refuse" or not hits:
+        return cfg.refusal, []
+    head = cfg.header + (cfg.low_confidence_notice if decision == "low_confidence" else "")
+    used = count_tokens(head)
+    parts, included = [head], []
+    for n, hit in enumerate(hits, start=1):
+        piece = cfg.template.format(**_fields(n, hit))
+        cost = count_tokens(piece)
+        if used + cost > cfg.max_tokens:
+            if included:
+                break
+            piece = _cut(piece, cfg.max_tokens - used, count_tokens)
+            cost = count_tokens(piece)
+        parts.append(piece)
+        included.append(hit.chunk_id)
+        used += cost
+    return "".join(parts), included
+
+
+def _cut(text: str, budget: int, count_tokens) -> str:
+    lo, hi = 0, len(text)
+    while lo < hi:  # longest prefix within the budget
+        mid = (lo + hi + 1) // 2
+        if count_tokens(text[:mid] + " …") <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo].rstrip() + " …\n\n" if lo else ""

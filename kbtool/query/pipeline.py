@@ -1,0 +1,319 @@
+"""The query pipeline: contract -> preprocess -> candidates -> fuse -> post-process -> decide -> Answer.
+
+``retrieve(store, contract, question)`` is the one code path behind ``kbtool query``, ``eval``
+and ``calibrate``, and what a Python user calls:
+
+    from kbtool import Store, load_contract, retrieve
+    answer = retrieve(Store.open(".kb"), load_contract(), "How do I fix TW-E5120?")
+    answer.decision, answer.hits[0].doc_id, answer.context
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import AccessError, ContractError, InputError
+from .candidates import Candidates, Gatherer
+from .context import build_context
+from .decide import confidence, decide, missing_terms, suggestions
+from .filters import parse_filter
+from .fusion import fuse
+from .postprocess import dedup
+from .preprocess import Processed, preprocess
+
+
+@dataclass
+class Hit:
+    rank: int
+    chunk_id: str
+    doc_id: str
+    title: str
+    section_path: str
+    page: int | None
+    filetype: str
+    char_start: int
+    char_end: int
+    text: str
+    score: float
+    confidence: float
+    dense_score: float | None = None
+    dense_rank: int | None = None
+    bm25_score: float | None = None
+    bm25_coverage: float | None = None
+    bm25_rank: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Answer:
+    """The one result object: hits with per-retriever scores, confidence, decision, explanation,
+    context block and trace."""
+
+    question: str
+    processed: Processed
+    weights: dict[str, float]
+    hits: list[Hit]
+    decision: str
+    confidence: float | None
+    tier: str
+    thresholds: dict[str, float]
+    explanation: dict
+    context: str
+    method: str
+    filters: list[str] = field(default_factory=list)
+    trace: dict = field(default_factory=dict)
+
+    def to_dict(self, with_trace: bool = False) -> dict:
+        out = {
+            "question": self.question, "processed": self.processed.to_dict(), "method": self.method,
+            "weights": self.weights, "decision": self.decision, "confidence": self.confidence,
+            "tier": self.tier, "thresholds": self.thresholds, "explanation": self.explanation,
+            "filters": self.filters, "hits": [h.to_dict() for h in self.hits], "context": self.context,
+        }
+        if with_trace:
+            out["trace"] = self.trace
+        return out
+
+
+# ---- scope: filters and access --------------------------------------------------------------
+@dataclass
+class Scope:
+    """Which chunks a run may see: the contract's and the caller's filters, and access tags."""
+
+    filters: list[str]
+    allowed: set[str] | None  # chunk ids, None = every chunk
+    allowed_docs: list[str] | None
+
+
+def access_tags(contract, principal: str | None, allow: Sequence[str] | None) -> set[str] | None:
+    """Tags a caller may read; None means unrestricted."""
+    acc = contract.access
+    if principal is None and not allow:
+        if acc.require_principal:
+            raise AccessError("the contract requires a principal (access.require_principal): pass --principal NAME or --allow TAG")
+        return None
+    tags = set(allow or [])
+    if principal is not None:
+        if principal not in acc.principals:
+            known = ", ".join(sorted(acc.principals)) or "none defined"
+            raise AccessError(f"unknown principal {principal!r} (access.principals: {known})")
+        tags |= set(acc.principals[principal])
+    return tags
+
+
+def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
+          allow: Sequence[str] | None = None) -> Scope:
+    specs = list(contract.retrieve.filters) + list(filters or [])
+    try:
+        parsed = [parse_filter(s) for s in specs]
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    fields = contract.data.metadata
+    known = store.metadata_keys() | set(fields)
+    for f in parsed:
+        if f.key not in known:
+            raise InputError(f"unknown filter key {f.key!r}: known keys are {', '.join(sorted(known))}")
+        if f.key in fields and not fields[f.key].filterable:
+            raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
+    tags = access_tags(contract, principal, allow)
+    if not parsed and tags is None:
+        return Scope(specs, None, None)
+    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
+    allowed, docs = set(), set()
+    for chunk_id, doc_id, meta in store.chunk_metadata():
+        if tags is not None:
+            have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
+            if (have and not have & tags) or (not have and not untagged_visible):
+                continue
+        if all(f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed):
+            allowed.add(chunk_id)
+            docs.add(doc_id)
+    return Scope(specs, allowed, sorted(docs))
+
+
+# ---- the pipeline ---------------------------------------------------------------------------
+def needed_retrievers(contract) -> tuple[str, ...]:
+    method = contract.retrieve.fusion.method
+    return (method,) if method in ("dense", "bm25") else ("dense", "bm25")
+
+
+def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=None, depth: int | None = None,
+           retrievers: tuple[str, ...] | None = None, progress=None) -> list[Candidates]:
+    """Preprocess every question and gather its candidates (the expensive part)."""
+    gatherer = Gatherer(store, embedder)
+    retrievers = retrievers or needed_retrievers(contract)
+    spans = _token_spans(store, gatherer)
+    processed = [preprocess(q, contract, spans) for q in questions]
+    depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
+    return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
+                           allowed_docs=sc.allowed_docs, fill_missing=contract.retrieve.fusion.fill_missing,
+                           progress=progress)
+
+
+def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str] = (), count_tokens=None,
+           top_k: int | None = None, explain: bool = True) -> Answer:
+    """Fuse, post-process and decide for one question's candidates (cheap, pure but for row reads)."""
+    t0 = time.perf_counter()
+    p = cands.processed
+    fusion = contract.retrieve.fusion
+    method = fusion.method
+    types = set(p.types)
+    w_dense, w_bm25 = contract.weights_for(types)
+    if method == "dense":
+        w_dense, w_bm25 = 1.0, 0.0
+    elif method == "bm25":
+        w_dense, w_bm25 = 0.0, 1.0
+    fused = fuse(cands.ids, cands.dense, cands.bm25, method=method, w_dense=w_dense, w_bm25=w_bm25,
+                 normalization=fusion.normalization, rrf_k=fusion.rrf_k)
+    top_k = top_k or contract.retrieve.top_k
+    pos = {c: i for i, c in enumerate(cands.ids)}
+    # Read rows for a margin beyond top_k so dedup can still fill the list.
+    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled else fused[:top_k]
+    rows = store.chunks_by_id([c for c, _ in window])
+    window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
+    dropped = []
+    if contract.postprocess.dedup.enabled:
+        window, dropped = dedup(window, lambda item: rows[item[0]]["text"], contract.postprocess.dedup.similarity)
+    hits = []
+    for cid, score in window[:top_k]:
+        row, i = rows[cid], pos[cid]
+        cos = None if math.isnan(cands.dense[i]) else float(cands.dense[i])
+        raw = None if math.isnan(cands.bm25[i]) else float(cands.bm25[i])
+        cov = None if raw is None or cands.bm25_bound <= 0 else min(1.0, raw / cands.bm25_bound)
+        hits.append(Hit(
+            rank=len(hits) + 1, chunk_id=cid, doc_id=row["doc_id"], title=row["title"],
+            section_path=row["section_path"], page=row["page"], filetype=row["filetype"],
+            char_start=row["char_start"], char_end=row["char_end"], text=row["text"], score=round(score, 6),
+            confidence=round(confidence(cos, cov, w_dense, w_bm25), 4),
+            dense_score=None if cos is None else round(cos, 6), dense_rank=cands.dense_rank.get(cid),
+            bm25_score=None if raw is None else round(raw, 6),
+            bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
+        ))
+    top = max((h.confidence for h in hits), default=None)
+    tier, th = contract.thresholds_for(types, set(tags))
+    decision = decide(top, th)
+    explanation = _explain(store, contract, cands, hits, decision, top, th, sc, explain)
+    context = ""
+    if count_tokens is not None:
+        context, _ = build_context(hits, decision, contract.context, count_tokens)
+    t_post = time.perf_counter() - t0
+    trace = {
+        "candidates": {"dense": _top_list(cands, "dense"), "bm25": _top_list(cands, "bm25")},
+        "fused": [[c, round(s, 6)] for c, s in fused[:20]],
+        "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
+        "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2)},
+    }
+    return Answer(
+        question=p.raw, processed=p, weights={"dense": round(w_dense, 4), "bm25": round(w_bm25, 4)},
+        hits=hits, decision=decision, confidence=top, tier=tier,
+        thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
+        explanation=explanation, context=context, method=method, filters=sc.filters, trace=trace,
+    )
+
+
+def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
+    ranks = cands.dense_rank if which == "dense" else cands.bm25_rank
+    scores = cands.dense if which == "dense" else cands.bm25
+    pos = {c: i for i, c in enumerate(cands.ids)}
+    return [[c, round(float(scores[pos[c]]), 6)] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:n]]
+
+
+def _explain(store, contract, cands, hits, decision, top, th, sc: Scope, explain: bool) -> dict:
+    best = hits[0] if hits else None
+    out: dict = {
+        "best": None if best is None else {"doc_id": best.doc_id, "section_path": best.section_path,
+                                           "confidence": best.confidence},
+    }
+    if decision == "answer":
+        out["message"] = f"confidence {top:.2f} ≥ answer threshold {th.answer:.2f}"
+        return out
+    if best is None:
+        out["message"] = "no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else "")
+    elif decision == "refuse":
+        out["message"] = (f"nearest miss: {best.doc_id}" + (f" › {best.section_path}" if best.section_path else "")
+                          + f" at confidence {top:.2f}, below the refuse threshold {th.low_confidence:.2f}")
+    else:
+        out["message"] = (f"confidence {top:.2f} is below the answer threshold {th.answer:.2f} "
+                          f"(refuse below {th.low_confidence:.2f}): the answer may not be in these sources")
+    if explain and "bm25" in store_retrievers(store):
+        missing = missing_terms(store, cands.processed, cands.query_terms, sc.allowed)
+        out["missing_terms"] = missing
+        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters)
+    return out
+
+
+def store_retrievers(store) -> tuple[str, ...]:
+    return ("dense", "bm25") if store.has_bm25() else ("dense",)
+
+
+def _token_spans(store, gatherer):
+    """Model word-piece spans, from the tokenizer alone (no torch)."""
+    try:
+        from ..embed import load_tokenizer
+
+        tok = load_tokenizer(store.model_id)
+    except Exception:  # a model without a tokenizer file: no truncation
+        return None
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        return [s for s in tok.encode(text, add_special_tokens=False).offsets]
+
+    return spans
+
+
+def count_tokens_for(store) -> Callable[[str], int]:
+    from ..embed import load_tokenizer
+
+    tok = load_tokenizer(store.model_id)
+    return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def retrieve(store, contract=None, questions: str | Sequence[str] = (), *, filters: Sequence[str] = (),
+             principal: str | None = None, allow: Sequence[str] | None = None, tags: Sequence[str] = (),
+             embedder=None, top_k: int | None = None, progress=None, trace_path: str | Path | None = None):
+    """Answer one question (returns an ``Answer``) or many (returns a list), as the contract says."""
+    from ..contract import default_contract
+
+    contract = contract or default_contract()
+    single = isinstance(questions, str)
+    qs = [questions] if single else list(questions)
+    store.require_indexed()
+    sc = scope(store, contract, filters, principal, allow)
+    t0 = time.perf_counter()
+    cands = gather(store, contract, qs, sc=sc, embedder=embedder, depth=top_k, progress=progress)
+    counter = count_tokens_for(store)
+    answers = [answer(store, contract, c, sc=sc, tags=tags, count_tokens=counter, top_k=top_k) for c in cands]
+    path = trace_path or contract.trace.path
+    if path:
+        write_trace(path, answers, contract, time.perf_counter() - t0)
+    return answers[0] if single else answers
+
+
+def write_trace(path: str | Path, answers: list[Answer], contract, seconds: float) -> None:
+    """Append one JSONL record per question."""
+    run_id = uuid.uuid4().hex[:12]
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            for a in answers:
+                rec = {
+                    "run_id": run_id, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "contract_version": contract.contract_version, "question": a.question,
+                    "processed": a.processed.to_dict(), "types": a.processed.types, "weights": a.weights,
+                    "method": a.method, "filters": a.filters, **a.trace,
+                    "hits": [[h.chunk_id, h.score, h.confidence] for h in a.hits],
+                    "decision": a.decision, "confidence": a.confidence, "tier": a.tier,
+                    "total_ms": round(seconds * 1000 / max(1, len(answers)), 2),
+                }
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise InputError(f"trace file {path}: cannot write ({exc.strerror})") from None

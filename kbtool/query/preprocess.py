@@ -1,0 +1,134 @@
+"""Preprocess a question as the contract says: clean it, detect its type, truncate it to the
+model's budget, expand it with the thesaurus, and give each retriever its own text.
+
+Detection is deliberately simple and visible (the trace records what was found): identifiers
+are the things BM25 matches exactly and an embedding model blurs.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import asdict, dataclass, field
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+# Each pattern names a kind of identifier; the trace shows which matched.
+IDENTIFIER_PATTERNS: list[tuple[str, re.Pattern]] = [
+    ("quoted", re.compile(r"\"([^\"]{2,})\"|`([^`]{2,})`|“([^”]{2,})”")),
+    ("api_path", re.compile(r"(?<![\w/])/(?:[\w{}.-]+/)*[\w{}.-]+")),
+    ("error_code", re.compile(r"\b[A-Z][A-Z0-9]*-[A-Z0-9-]*\d[A-Z0-9-]*\b|\b[A-Z]{2,}[ -]?\d{3,}\b")),
+    ("header", re.compile(r"\b(?:[A-Z]{1,4}-)+[A-Z][A-Za-z]+\b")),
+    ("version", re.compile(r"\bv?\d+\.\d+(?:\.\d+)+\b|\bv\d+(?:\.\d+)?\b|(?<=release )\d+\.\d+\b|(?<=version )\d+\.\d+\b")),
+    ("number", re.compile(r"\b\d{5,}\b")),
+    ("config_key", re.compile(r"\b[a-z][a-z0-9]*(?:[._][a-z0-9]+)+(?:\(\))?")),
+    # lower camelCase only: PascalCase is mostly product names (PayPal, WebDAV), not identifiers
+    ("camel_case", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
+]
+
+
+@dataclass
+class Processed:
+    """A question after preprocessing: what each retriever sees, and what was detected."""
+
+    raw: str
+    text: str
+    dense_text: str
+    bm25_text: str
+    types: list[str]
+    identifiers: list[dict] = field(default_factory=list)
+    truncated: bool = False
+    tokens: int | None = None
+    expansions: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def clean(text: str) -> str:
+    text = unicodedata.normalize("NFC", text)
+    text = _CONTROL.sub(" ", text)
+    return " ".join(text.split())
+
+
+def detect_identifiers(text: str) -> list[dict]:
+    """[{kind, text}] in order of appearance, overlapping matches kept once (the longest)."""
+    found: list[tuple[int, int, str, str]] = []
+    for kind, pattern in IDENTIFIER_PATTERNS:
+        for m in pattern.finditer(text):
+            value = next((g for g in m.groups() if g), None) if m.groups() else m.group(0)
+            value = (value or m.group(0)).strip()
+            if kind == "config_key" and "_" not in value and "." not in value:
+                continue
+            if kind == "config_key" and re.fullmatch(r"[a-z]+\.[a-z]+", value) and not value.endswith("()"):
+                # "e.g" / "i.e"-like words and sentence-joined words are not config keys
+                if len(value.split(".")[0]) < 3:
+                    continue
+            found.append((m.start(), m.end(), kind, value))
+    found.sort(key=lambda x: (x[0], -(x[1] - x[0])))
+    out, end = [], -1
+    for start, stop, kind, value in found:
+        if start >= end:
+            out.append({"kind": kind, "text": value})
+            end = stop
+    return out
+
+
+def detect_types(text: str, identifiers: list[dict]) -> list[str]:
+    """'identifier' and/or 'cjk', else 'other'."""
+    types = []
+    if identifiers:
+        types.append("identifier")
+    if _CJK.search(text):
+        types.append("cjk")
+    return types or ["other"]
+
+
+def truncate(text: str, spans: list[tuple[int, int]], limit: int, side: str) -> str:
+    """Cut ``text`` to ``limit`` tokens given each token's (start, end) character span."""
+    if len(spans) <= limit:
+        return text
+    if side == "head":
+        return text[: spans[limit - 1][1]].strip()
+    if side == "tail":
+        return text[spans[-limit][0]:].strip()
+    head = (limit + 1) // 2
+    tail = limit - head
+    left = text[: spans[head - 1][1]].strip()
+    right = text[spans[-tail][0]:].strip() if tail else ""
+    return f"{left} … {right}".strip()
+
+
+def expand(text: str, thesaurus: dict[str, list[str]]) -> tuple[str, dict[str, list[str]]]:
+    """Append the synonyms of every thesaurus term the text contains (case-insensitive)."""
+    used: dict[str, list[str]] = {}
+    low = text.lower()
+    for term, synonyms in thesaurus.items():
+        if term.lower() in low:
+            new = [s for s in synonyms if s.lower() not in low]
+            if new:
+                used[term] = new
+    if not used:
+        return text, used
+    return text + " " + " ".join(s for syns in used.values() for s in syns), used
+
+
+def preprocess(question: str, contract, token_spans=None) -> Processed:
+    """Apply ``contract.preprocess``. ``token_spans(text) -> [(start, end)]`` counts model tokens
+    (without special tokens); without it, no truncation happens."""
+    cfg = contract.preprocess
+    text = clean(question) if cfg.clean else question
+    truncated, n_tokens = False, None
+    if token_spans is not None:
+        spans = token_spans(text)
+        n_tokens = len(spans)
+        if n_tokens > cfg.max_query_tokens:
+            text = truncate(text, spans, cfg.max_query_tokens, cfg.truncation)
+            truncated = True
+    identifiers = detect_identifiers(text)
+    types = detect_types(text, identifiers)
+    expanded, used = expand(text, cfg.thesaurus)
+    dense = expanded if "dense" in cfg.thesaurus_applies_to else text
+    bm25 = expanded if "bm25" in cfg.thesaurus_applies_to else text
+    return Processed(question, text, dense, bm25, types, identifiers, truncated, n_tokens, used)
