@@ -7,7 +7,7 @@ import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 from rich.console import Console
@@ -93,3 +93,19 @@ def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
             raise typer.BadParameter(f"{item!r}: write key=value", param_hint=option)
         out_[key.strip()] = value.strip()
     return out_
+
+
+ContractOpt = Annotated[
+    Optional[Path],
+    typer.Option("--contract", help="Retrieval contract file [default: $KBTOOL_CONTRACT, else ./kbtool.yaml if present, else the built-in one]."),
+]
+SetOpt = Annotated[
+    Optional[List[str]],
+    typer.Option("--set", help="Override a contract value: path=value, e.g. retrieve.top_k=8 (repeatable)."),
+]
+
+
+def load_contract_opt(path: Optional[Path], sets: Optional[List[str]]):
+    from ..contract import load_contract
+
+    return load_contract(path, sets or [])

@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import JsonOpt, QuietOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
+from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
 
 EXIT_GATE = 3
 
@@ -20,12 +20,14 @@ def _csv(values: Optional[List[str]]) -> list[str]:
 @handle_errors
 def eval_(
     questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
-    modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,hybrid]; also rrf:K and weighted:W.")] = None,
+    modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,contract]; also hybrid (RRF k=60), rrf:K and weighted:W.")] = None,
+    contract: Annotated[Optional[List[Path]], typer.Option("--contract", help="Contract file; repeat to compare contracts side by side (each becomes a mode named after its file) [default: as for query].")] = None,
+    set_: SetOpt = None,
     k: Annotated[Optional[List[str]], typer.Option("--k", help="Cut-offs, comma-separated or repeated [default: 1,3,5,10].")] = None,
     metrics: Annotated[Optional[List[str]], typer.Option("--metrics", help="hit_rate, mrr, ndcg, recall, precision, map (comma-separated) [default: all].")] = None,
     level: Annotated[str, typer.Option("--level", help="auto (chunk level when evidence is given), doc or chunk.")] = "auto",
     depth: Annotated[int, typer.Option("--depth", min=1, help="Chunks retrieved per question and mode.")] = 100,
-    threshold: Annotated[Optional[List[str]], typer.Option("--threshold", help="mode=score: refuse when the top hit scores below it (repeatable).")] = None,
+    threshold: Annotated[Optional[List[str]], typer.Option("--threshold", help="mode=confidence: refuse when the top hit's confidence is below it, instead of the contract's thresholds (repeatable).")] = None,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value applied to every question (repeatable).")] = None,
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file: TREC (qid 0 doc grade) or BEIR TSV.")] = None,
     split: Annotated[str, typer.Option("--split", help="BEIR qrels split (qrels/<split>.tsv).")] = "test",
@@ -61,8 +63,23 @@ def eval_(
             thresholds[mode] = float(value)
         except ValueError:
             raise typer.BadParameter(f"{mode}={value}: the score must be a number", param_hint="--threshold") from None
-    config = EvalConfig(modes=_csv(modes) or list(DEFAULT_MODES), ks=ks, metrics=_csv(metrics) or list(DEFAULT_METRICS),
-                        level=level, depth=depth, thresholds=thresholds, filters=parse_pairs(filter_, "--filter"))
+    from ..contract import load_contract
+
+    contracts: dict = {}
+    if contract and len(contract) > 1:
+        for path in contract:
+            name = path.stem
+            if name in contracts:
+                raise UsageError(f"--contract {path}: two contracts named {name!r}: rename one file")
+            contracts[name] = load_contract(path, set_ or [], search=False)
+        base = None
+        default_modes = ["bm25", "dense", *contracts]
+    else:
+        base = load_contract(contract[0] if contract else None, set_ or [])
+        default_modes = list(DEFAULT_MODES)
+    config = EvalConfig(modes=_csv(modes) or default_modes, ks=ks, metrics=_csv(metrics) or list(DEFAULT_METRICS),
+                        level=level, depth=depth, thresholds=thresholds, filters=list(filter_ or []),
+                        contract_names=list(contracts))
     config.validate()
     if fail_on_regression and not baseline:
         raise UsageError("--fail-on-regression needs --baseline FILE (a previous run's --json or summary.json)")
@@ -96,7 +113,7 @@ def eval_(
 
     with progress_bars(quiet) as bars:
         progress = (lambda n, total: bars("questions", n, total)) if bars else None
-        report = evaluate(kb, qs, config, progress=progress, source=str(questions))
+        report = evaluate(kb, qs, config, contract=base, contracts=contracts, progress=progress, source=str(questions))
     for mode in config.modes:
         empty = sum(1 for r in report.results if r.modes[mode].top_score is None)
         if empty > len(report.results) / 2:

@@ -5,51 +5,82 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import JsonOpt, ModelOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
+from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, err, handle_errors, load_contract_opt,
+                      open_store, out, print_json)
 
 
 @app.command()
 @handle_errors
 def query(
     text: Annotated[str, typer.Argument(metavar="TEXT", help="The question or keywords.")],
-    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid (RRF k=60 of dense and BM25), dense, bm25, rrf:K or weighted:W.")] = "hybrid",
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Number of results.")] = 5,
-    filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value on chunk metadata (doc_id, filetype, dir, page, or --meta keys), repeatable; applied inside both retrievers.")] = None,
+    mode: Annotated[str, typer.Option("--mode", "-m", help="contract (its fusion and rules), dense, bm25, hybrid (RRF k=60), rrf:K or weighted:W.")] = "contract",
+    top_k: Annotated[Optional[int], typer.Option("--top-k", "-k", min=1, help="Number of results [default: the contract's retrieve.top_k].")] = None,
+    filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value, key=a|b, dir=docs/** (glob), key!=v, updated>=2024-01-01 (repeatable); applied inside both retrievers.")] = None,
+    principal: Annotated[Optional[str], typer.Option("--principal", help="Query as this principal (access.principals in the contract): documents it may not read never appear.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Permission tag the caller holds (repeatable).")] = None,
+    tag: Annotated[Optional[List[str]], typer.Option("--tag", help="Question tag selecting a threshold tier (decide.tiers), repeatable.")] = None,
+    context: Annotated[bool, typer.Option("--context", help="Print the context block an agent puts in its prompt.")] = False,
+    trace: Annotated[Optional[str], typer.Option("--trace", help="Append a JSONL trace record to this file.")] = None,
+    contract: ContractOpt = None,
+    set_: SetOpt = None,
     model: ModelOpt = None,
     store: StoreOpt = None,
     json_: JsonOpt = False,
 ):
-    """Search the store."""
-    from ..query.retriever import Retriever, parse_mode
+    """Answer a question from the store as the retrieval contract says: hits with confidence, and a
+    decision (answer, low_confidence or refuse) that explains itself."""
+    from ..query.pipeline import retrieve
+    from ..query.retriever import contract_for_mode
 
-    parse_mode(mode)
     if not text.strip():
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
+    c = contract_for_mode(load_contract_opt(contract, set_), mode)
     kb = open_store(store)
     kb.check_model(model)
-    hits = Retriever(kb).search(text, mode=mode, top_k=top_k, filters=parse_pairs(filter_, "--filter"))
+    ans = retrieve(kb, c, text, filters=filter_ or [], principal=principal, allow=allow, tags=tag or [],
+                   top_k=top_k, trace_path=trace)
     if json_:
-        print_json({"query": text, "mode": mode, "top_k": top_k, "hits": [h.to_dict() for h in hits]})
+        print_json(ans.to_dict())
         return
-    if not hits:
-        err.print(f"No results for {text!r} in {mode} mode.", highlight=False)
+    if context:
+        out.file.write(ans.context)
         return
+    _render(ans, mode)
+
+
+def _render(ans, mode: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
-    from rich.markup import escape
-
-    table = Table(title=escape(f"{mode}: {text}"), title_justify="left", expand=True, show_lines=True)
+    ex = ans.explanation
+    colour = {"answer": "green", "low_confidence": "yellow", "refuse": "red"}[ans.decision]
+    line = Text(f"{ans.decision}", style=f"bold {colour}")
+    line.append(f"  {ex.get('message', '')}", style="")
+    if ans.decision == "refuse":
+        out.print(line, highlight=False)
+        for term in ex.get("missing_terms", [])[:8]:
+            out.print(f"  no chunk contains {term!r}", highlight=False, markup=False)
+        for s in ex.get("suggestions", []):
+            out.print(f"  suggestion: {s}", highlight=False, markup=False)
+        return
+    if not ans.hits:
+        err.print(f"No results for {ans.question!r}.", highlight=False, markup=False)
+        return
+    w = ans.weights
+    table = Table(title=escape(f"{mode} ({', '.join(ans.processed.types)}; dense {w['dense']:.2f} / bm25 {w['bm25']:.2f}): {ans.question}"),
+                  title_justify="left", expand=True, show_lines=True)
     table.add_column("#", justify="right", width=2)
-    table.add_column("score", min_width=7, no_wrap=True)
+    table.add_column("conf", min_width=5, no_wrap=True)
     table.add_column("source · section · page", ratio=2, overflow="fold")
     table.add_column("snippet", ratio=3)
-    for h in hits:
+    for h in ans.hits:
         source = Text(h.doc_id, style="bold")
         if h.section_path:
             source.append(f"\n{h.section_path}", style="cyan")
         if h.page:
             source.append(f"\np. {h.page}", style="dim")
         snippet = " ".join(h.text.split())
-        table.add_row(str(h.rank), f"{h.score:.4f}", source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
+        table.add_row(str(h.rank), f"{h.confidence:.2f}", source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
     out.print(table)
+    out.print(line, highlight=False)

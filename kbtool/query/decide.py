@@ -48,11 +48,15 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
     index = store.bm25()
     mask = index.mask(allowed) if allowed is not None else None
     covered = " ".join(out).lower()
+    prefixes = None
     for term in dict.fromkeys(terms):
-        if term in covered:
+        if term in covered or len(term) < 3 or index.has_term(term, mask):
             continue
-        if not index.has_term(term, mask):
-            out.append(term)
+        if prefixes is None:
+            prefixes = {v[:4] for v in index.vocabulary() if len(v) >= 4}
+        if len(term) >= 4 and term[:4] in prefixes:
+            continue  # a word form of an indexed word ('causes' beside 'cause'): not worth a mention
+        out.append(term)
     return out
 
 

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import app
+from ._common import ContractOpt, JsonOpt, SetOpt, StoreOpt, err, handle_errors, load_contract_opt, open_store, print_json
+
+contract_app = typer.Typer(help="Write, show and check the retrieval contract (kbtool.yaml).", no_args_is_help=True)
+app.add_typer(contract_app, name="contract")
+
+
+@contract_app.command("init")
+@handle_errors
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write it.")] = Path("kbtool.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+):
+    """Write the built-in contract, every key commented, to edit and commit beside your code."""
+    from ..contract import default_contract, dump_yaml
+    from ..errors import InputError
+
+    if path.exists() and not force:
+        raise InputError(f"{path} exists: pass --force to overwrite it, or give another path")
+    try:
+        path.write_text(dump_yaml(default_contract()), encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write ({exc.strerror})") from None
+    err.print(f"wrote {path}", highlight=False, markup=False)
+
+
+@contract_app.command("show")
+@handle_errors
+def show(contract: ContractOpt = None, set_: SetOpt = None, json_: JsonOpt = False):
+    """Print the effective contract: the file (or the built-in one) with --set overrides applied."""
+    import sys
+
+    from ..contract import dump_yaml
+
+    c = load_contract_opt(contract, set_)
+    if json_:
+        print_json(c.to_dict())
+    else:
+        sys.stdout.write(dump_yaml(c, comments=False))
+
+
+@contract_app.command("validate")
+@handle_errors
+def validate(
+    path: Annotated[Optional[Path], typer.Argument(help="Contract file [default: as for --contract].")] = None,
+    set_: SetOpt = None,
+    check_store: Annotated[bool, typer.Option("--check-store", help="Also check the store: required metadata present, filters known.")] = False,
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+):
+    """Check a contract; exit 1 with the first problem (named by its path) if it is invalid."""
+    from ..contract import check_against_store, find_contract
+
+    c = load_contract_opt(path, set_)
+    problems = check_against_store(c, open_store(store)) if check_store else []
+    source = str(find_contract(path) or "the built-in contract")
+    if json_:
+        print_json({"contract": source, "valid": not problems, "contract_version": c.contract_version,
+                    "problems": problems})
+    else:
+        for p in problems:
+            err.print(f"[yellow]problem[/] {p}", highlight=False)
+        if not problems:
+            err.print(f"{source}: valid (contract_version {c.contract_version})", highlight=False, markup=False)
+    if problems:
+        raise typer.Exit(1)
