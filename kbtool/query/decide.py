@@ -14,6 +14,7 @@ never depends on ranks, so a threshold on it means the same across questions.
 from __future__ import annotations
 
 import difflib
+import re
 
 DECISIONS = ("answer", "low_confidence", "refuse")
 
@@ -68,8 +69,15 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
     vocab = index.vocabulary()
     for term in missing[:5]:
         word = term.lower()
-        pool = [v for v in vocab if v[:1] == word[:1] and abs(len(v) - len(word)) <= 3]
-        close = [c for c in difflib.get_close_matches(word, pool, n=6, cutoff=0.75)
+        stem = re.match(r"\D*", word).group(0)
+        if stem != word and len(stem) >= 2:
+            # an identifier: its siblings share the part before the digits (zeta-9931 -> zeta-4410)
+            pool = [v for v in vocab if v.startswith(stem) and v != stem]
+            cutoff = 0.3
+        else:
+            pool = [v for v in vocab if v[:1] == word[:1] and abs(len(v) - len(word)) <= 3]
+            cutoff = 0.75
+        close = [c for c in difflib.get_close_matches(word, pool, n=6, cutoff=cutoff)
                  if c != word and index.has_term(c, mask)][:3]
         if close:
             out.append(f"no chunk contains {term!r}; the index has: {', '.join(close)}")

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import AccessError, ContractError, InputError
+from ..errors import AccessError, ContractError, InputError, UsageError
 from .candidates import Candidates, Gatherer
 from .context import build_context
 from .decide import confidence, decide, missing_terms, suggestions
@@ -115,7 +115,7 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     try:
         parsed = [parse_filter(s) for s in specs]
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     fields = contract.data.metadata
     known = store.metadata_keys() | set(fields)
     for f in parsed:

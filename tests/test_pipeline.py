@@ -1,0 +1,251 @@
+"""The contract's query pipeline, clause by clause, on small real stores (real files, real Chroma,
+the real bundled model)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+from kbtool.contract import default_contract, load_contract
+from kbtool.errors import AccessError
+from kbtool.evaluation.evaluate import EvalConfig, evaluate
+from kbtool.evaluation.questions import load_questions
+from kbtool.ingestion.pipeline import IngestOptions, ingest
+from kbtool.query.pipeline import count_tokens_for, retrieve
+from kbtool.store import Store
+
+from .conftest import ROOT, write
+
+runner = CliRunner()
+SAMPLE_SET = ROOT / "eval_sets" / "sample.jsonl"
+
+PUBLIC = {
+    "guide.md": """# Zeta Guide
+
+## Errors
+
+Error ZETA-4410 means the upload quota of the workspace is exhausted. Delete old versions or buy more storage.
+
+## Offline work
+
+When the laptop loses its network connection, edits are queued locally and uploaded once it reconnects.
+
+## Stripes
+
+The unique marker word here is quuxzebra.
+""",
+    "copy-a.md": """# Copy A
+
+The nightly cleanup job deletes temporary files older than seven days from the scratch folder and writes a short report to the audit log.
+""",
+    "copy-b.md": """# Copy A
+
+The nightly cleanup job deletes temporary files older than seven days from the scratch folder and writes a short report to the audit log.
+""",
+}
+PUBLIC["faq.md"] = """# Upload FAQ
+
+## When an upload fails
+
+Upload problems usually come from a dropped network connection. The error disappears on retry.
+
+## Ledger codes
+
+ZETA-7702: the billing ledger rejected the invoice batch.
+"""
+SECRET = {
+    "salaries.md": """# Payroll
+
+The payroll run for grimbleflax contractors happens on the 25th; the cleanup job never touches payroll files.
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory, embedder):
+    base = tmp_path_factory.mktemp("pipe")
+    for name, text in PUBLIC.items():
+        write(base / "public" / name, text)
+    for name, text in SECRET.items():
+        write(base / "finance" / name, text)
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "public"], embedder=embedder).failed
+    assert not ingest(store, [base / "finance"], IngestOptions(metadata={"access": "finance"}), embedder=embedder).failed
+    return store
+
+
+def contract(*sets):
+    return load_contract(None, list(sets), search=False)
+
+
+# ---- 2. preprocess --------------------------------------------------------------------------
+def test_truncation_keeps_the_stated_part(kb, embedder):
+    question = "quuxzebra " + " ".join(["filler"] * 60) + " ZETA-4410"
+    head = retrieve(kb, contract("preprocess.max_query_tokens=6"), question, embedder=embedder)
+    assert head.processed.truncated and head.processed.tokens > 60
+    assert "quuxzebra" in head.processed.text and "ZETA" not in head.processed.text
+    tail = retrieve(kb, contract("preprocess.max_query_tokens=6", "preprocess.truncation=tail"), question,
+                    embedder=embedder)
+    assert "ZETA-4410" in tail.processed.text and "quuxzebra" not in tail.processed.text
+    middle = retrieve(kb, contract("preprocess.max_query_tokens=12", "preprocess.truncation=middle"), question,
+                      embedder=embedder)
+    assert "quuxzebra" in middle.processed.text and "4410" in middle.processed.text
+
+
+def test_thesaurus_expands_the_bm25_question(kb, embedder):
+    q = "stripy horse"
+    plain = retrieve(kb, contract("retrieve.fusion.method=bm25"), q, embedder=embedder)
+    assert plain.hits == []
+    expanded = retrieve(kb, contract("retrieve.fusion.method=bm25", "preprocess.thesaurus={stripy horse: [quuxzebra]}"),
+                        q, embedder=embedder)
+    assert expanded.hits[0].doc_id == "guide.md" and "Stripes" in expanded.hits[0].section_path
+    assert expanded.processed.expansions == {"stripy horse": ["quuxzebra"]}
+    assert expanded.processed.dense_text == q  # applies to bm25 only, as configured
+
+
+# ---- 3. retrieve ----------------------------------------------------------------------------
+def test_identifier_rule_leans_on_bm25(kb, embedder):
+    q = "What does error ZETA-7702 mean for my upload?"
+    dense = retrieve(kb, contract("retrieve.fusion.method=dense"), q, embedder=embedder)
+    assert "Ledger codes" not in dense.hits[0].section_path  # the model alone misses the code
+    ans = retrieve(kb, default_contract(), q, embedder=embedder)
+    assert ans.processed.types == ["identifier"] and ans.weights == {"dense": 0.3, "bm25": 0.7}
+    assert ans.processed.identifiers == [{"kind": "error_code", "text": "ZETA-7702"}]
+    assert "Ledger codes" in ans.hits[0].section_path
+
+
+def test_cjk_rule_leans_on_bm25(sample_store, embedder):
+    ans = retrieve(sample_store, default_contract(), "出现同步冲突时，我的修改会丢失吗？", embedder=embedder)
+    assert ans.processed.types == ["cjk"] and ans.weights["bm25"] == pytest.approx(0.9)
+    assert ans.hits[0].doc_id == "zh/faq.md"
+    multi = retrieve(sample_store, contract("retrieve.model_multilingual=true"), "出现同步冲突时", embedder=embedder)
+    assert multi.weights == {"dense": 0.7, "bm25": 0.3}
+
+
+def test_one_sided_candidates_get_their_real_other_score(kb, embedder):
+    q = "quuxzebra"
+    filled = retrieve(kb, default_contract(), q, embedder=embedder, top_k=8)
+    assert all(h.dense_score is not None and h.bm25_score is not None for h in filled.hits)
+    # The cosine filled in for a chunk equals what the dense retriever itself gives it.
+    dense_all = {h.chunk_id: h.dense_score for h in
+                 retrieve(kb, contract("retrieve.fusion.method=dense"), q, embedder=embedder, top_k=50).hits}
+    for h in filled.hits:
+        assert h.dense_score == pytest.approx(dense_all[h.chunk_id], abs=1e-4)
+    unfilled = retrieve(kb, contract("retrieve.fusion.fill_missing=false", "retrieve.candidates=2"), q,
+                        embedder=embedder, top_k=2)
+    assert any(h.dense_score is None or h.bm25_score is None for h in unfilled.hits)
+
+
+# ---- 4. post-process and context ------------------------------------------------------------
+def test_dedup_drops_the_copy(kb, embedder):
+    q = "nightly cleanup job temporary files"
+    on = retrieve(kb, default_contract(), q, embedder=embedder)
+    off = retrieve(kb, contract("postprocess.dedup.enabled=false"), q, embedder=embedder)
+    assert {"copy-a.md", "copy-b.md"} <= {h.doc_id for h in off.hits}
+    assert len({"copy-a.md", "copy-b.md"} & {h.doc_id for h in on.hits}) == 1
+    assert on.trace["dedup_dropped"]
+
+
+def test_context_block_within_budget_with_citations(kb, embedder):
+    count = count_tokens_for(kb)
+    for budget in (40, 120, 2000):
+        ans = retrieve(kb, contract(f"context.max_tokens={budget}", "decide.thresholds.low_confidence=0",
+                                    "decide.thresholds.answer=0"), "What does error ZETA-4410 mean?", embedder=embedder)
+        assert ans.decision == "answer"
+        assert count(ans.context) <= budget, budget
+        assert ans.context.startswith("Answer from these sources") and "[1] ### Source: " in ans.context
+    assert "[2]" in ans.context  # the big budget holds more than one hit
+
+
+# ---- 5. confidence, tiers, refusals ---------------------------------------------------------
+def test_confidence_is_in_unit_range_and_tiers_decide(kb, embedder):
+    q = "What does error ZETA-4410 mean?"
+    ans = retrieve(kb, contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}"), q, embedder=embedder)
+    assert all(0 <= h.confidence <= 1 for h in ans.hits)
+    assert ans.tier == "identifier"  # the built-in identifier tier, not the strict default thresholds
+    strict = contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}", "decide.tiers={}")
+    refused = retrieve(kb, strict, q, embedder=embedder)
+    assert refused.tier == "default" and refused.decision == "refuse"
+    assert refused.context == default_contract().context.refusal
+    tagged = retrieve(kb, contract("decide.tiers={urgent: {answer: 0.0, low_confidence: 0.0}}"),
+                      "nightly cleanup", embedder=embedder, tags=["urgent"])
+    assert tagged.tier == "urgent" and tagged.decision == "answer"
+
+
+def test_refusal_names_the_missing_exact_term(kb, embedder):
+    ans = retrieve(kb, default_contract(), "What does error ZETA-9931 mean?", embedder=embedder)
+    assert ans.decision == "refuse"
+    ex = ans.explanation
+    assert "ZETA-9931" in ex["missing_terms"] and ex["best"]["doc_id"] == "guide.md"
+    assert "nearest miss: guide.md" in ex["message"]
+    assert any("zeta-4410" in s for s in ex["suggestions"])
+
+
+# ---- 6. access ------------------------------------------------------------------------------
+def test_forbidden_document_never_appears_anywhere(kb, embedder, tmp_path):
+    c = contract("access.principals={alice: [finance], bob: [support]}")
+    q = "grimbleflax payroll cleanup job"
+    trace = tmp_path / "t.jsonl"
+    bob = retrieve(kb, c, q, embedder=embedder, principal="bob", top_k=10, trace_path=trace)
+    text = json.dumps(bob.to_dict(with_trace=True)) + trace.read_text()
+    assert "salaries" not in text and "grimbleflax" not in text.replace(q, "")
+    near = retrieve(kb, c, "grimblefax", embedder=embedder, principal="bob")
+    assert "grimbleflax" not in json.dumps(near.to_dict(with_trace=True))  # not even as a suggestion
+    alice = retrieve(kb, c, q, embedder=embedder, principal="alice")
+    assert alice.hits[0].doc_id == "salaries.md"
+    assert retrieve(kb, c, q, embedder=embedder, allow=["finance"]).hits[0].doc_id == "salaries.md"
+    with pytest.raises(AccessError, match="unknown principal"):
+        retrieve(kb, c, q, embedder=embedder, principal="mallory")
+    with pytest.raises(AccessError, match="requires a principal"):
+        retrieve(kb, contract("access.require_principal=true"), q, embedder=embedder)
+
+
+# ---- 7. trace ---------------------------------------------------------------------------------
+def test_trace_record(kb, embedder, tmp_path):
+    path = tmp_path / "trace.jsonl"
+    retrieve(kb, contract(f"trace.path={path}"), ["quuxzebra", "What does error ZETA-4410 mean?"], embedder=embedder)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 2 and records[0]["run_id"] == records[1]["run_id"]
+    r = records[1]
+    assert r["processed"]["raw"] == "What does error ZETA-4410 mean?" and r["types"] == ["identifier"]
+    assert r["weights"] == {"dense": 0.3, "bm25": 0.7} and r["candidates"]["bm25"] and r["candidates"]["dense"]
+    assert r["fused"] and r["decision"] in ("answer", "low_confidence", "refuse")
+    assert {"dense_ms", "bm25_ms", "fuse_decide_ms"} <= set(r["timings_ms"])
+
+
+# ---- filters ----------------------------------------------------------------------------------
+def test_glob_and_in_filters_apply_inside_both_retrievers(sample_store, embedder):
+    ans = retrieve(sample_store, default_contract(), "refund window", embedder=embedder, filters=["dir=policies/**"])
+    assert ans.hits and all(h.doc_id.startswith("policies/") for h in ans.hits)
+    both = retrieve(sample_store, default_contract(), "refund window", embedder=embedder, top_k=20,
+                    filters=["filetype=docx|pdf"])
+    assert {h.filetype for h in both.hits} <= {"docx", "pdf"}
+
+
+# ---- must show: the default contract on the sample set --------------------------------------
+def test_default_contract_beats_single_retrievers_and_refuses_most_unanswerable(sample_store, embedder):
+    report = evaluate(sample_store, load_questions(SAMPLE_SET), EvalConfig(
+        modes=["bm25", "dense", "hybrid", "contract"], ks=[10], metrics=["ndcg", "mrr"]))
+    m = report.metrics()
+    assert m["contract"]["ndcg@10"] >= max(m["bm25"]["ndcg@10"], m["dense"]["ndcg@10"], m["hybrid"]["ndcg@10"])
+    # identifier questions: the per-type rule does at least as well as plain RRF
+    assert report.mean("contract", "mrr@10", "exact-id") >= report.mean("hybrid", "mrr@10", "exact-id")
+    r = report.refusal()["contract"]
+    assert r["correctly_refused"] > r["unanswerable"] / 2
+    assert r["wrongly_refused"] < r["answerable"] / 2  # reported, and not most
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+def test_cli_query_context_json_and_access_errors(sample_store):
+    store = str(sample_store.path)
+    r = runner.invoke(app, ["query", "refund window in the EU", "--store", store, "--context"])
+    assert r.exit_code == 0, r.output
+    assert "[1] ### Source: policies/" in r.stdout and "Cite them as [n]" in r.stdout
+    r = runner.invoke(app, ["query", "What does error code TW-E8123 mean?", "--store", store, "--json"])
+    data = json.loads(r.stdout)
+    assert data["decision"] == "refuse" and "TW-E8123" in data["explanation"]["missing_terms"]
+    r = runner.invoke(app, ["query", "x", "--store", store, "--principal", "nobody"])
+    assert r.exit_code == 1 and "unknown principal" in r.stderr and "Traceback" not in r.output
+    r = runner.invoke(app, ["query", "x", "--store", store, "--set", "retrieve.top_k=0"])
+    assert r.exit_code == 1 and "retrieve.top_k" in r.stderr
