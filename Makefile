@@ -25,8 +25,10 @@ demo: install
 	$(BIN)/kbtool query "What causes error TW-E5120 and how do I fix it?" --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "What happens if my laptop drops off the Wi-Fi?" --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "出现同步冲突时，我的修改会丢失吗？" --store $(DEMO_STORE) --top-k 3
-	$(BIN)/kbtool query "refund window" --filter dir=policies --store $(DEMO_STORE) --top-k 3
-	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)-eval
+	$(BIN)/kbtool query "refund window" --filter 'dir=policies/**' --store $(DEMO_STORE) --top-k 3
+	$(BIN)/kbtool query "What does error code TW-E8123 mean?" --store $(DEMO_STORE)
+	$(BIN)/kbtool query "How long is the refund window in the EU?" --store $(DEMO_STORE) --context
+	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --modes bm25,dense,hybrid,contract --out $(DEMO_STORE)-eval
 
 test: install
 	$(BIN)/python -m pytest

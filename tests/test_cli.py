@@ -131,3 +131,13 @@ def test_every_command_and_option_is_in_the_readme():
         assert r.exit_code == 0
         for option in set(re.findall(r"(--[a-z][a-z-]+)", r.stdout)) - {"--help"}:
             assert option in readme, f"{command} {option} is not documented in README.md"
+
+
+def test_contract_subcommands_and_options_are_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    assert "kbtool contract init|show|validate" in readme
+    for sub in ("init", "show", "validate"):
+        r = run("contract", sub, "--help")
+        assert r.exit_code == 0
+        for option in set(re.findall(r"(--[a-z][a-z-]+)", r.stdout)) - {"--help"}:
+            assert option in readme, f"contract {sub} {option} is not documented in README.md"

@@ -11,7 +11,9 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# Zero-width and direction marks join or decorate words: drop them without splitting the word.
+_INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 # Each pattern names a kind of identifier; the trace shows which matched.
@@ -48,6 +50,7 @@ class Processed:
 
 def clean(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
+    text = _INVISIBLE.sub("", text)
     text = _CONTROL.sub(" ", text)
     return " ".join(text.split())
 
