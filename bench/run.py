@@ -107,7 +107,7 @@ def main() -> None:
     from kbtool.evaluation.questions import load_questions
 
     t = time.perf_counter()
-    modes = ["bm25", "dense", "hybrid", "weighted:0.5"]
+    modes = ["bm25", "dense", "hybrid", "contract", "weighted:0.5"]
     report = evaluate(store, load_questions(dataset), EvalConfig(modes=modes, ks=[10, 100], metrics=["ndcg", "recall", "mrr"]),
                       retriever=retriever)
     results["eval_s"] = round(time.perf_counter() - t, 2)
