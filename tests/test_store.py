@@ -66,3 +66,27 @@ def test_status_counts(sample_store):
     assert info["indexes_current"] is True
     assert set(info["documents_by_type"]) == {"md", "html", "pdf", "docx", "csv", "txt"}
     assert info["chunks"] == sample_store.collection().count() == len(sample_store.bm25().chunk_ids)
+
+
+def test_stemmer_is_off_by_default_and_a_change_rebuilds_only_bm25(tmp_path, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.query.retriever import Retriever
+    from kbtool.store.analyzer import Analyzer, AnalyzerConfig
+
+    stem = Analyzer(AnalyzerConfig(stemmer="english"))
+    assert stem("Running flows TW-E5120 sync.timeout_ms") == [
+        "run", "flow", "tw", "e5120", "tw-e5120", "sync", "timeout", "ms", "sync.timeout_ms"]
+    assert AnalyzerConfig.from_dict({"lowercase": True, "stopwords": "en", "cjk": "jieba"}).stemmer is None
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.md").write_text("# Pipes\n\nThe pipeline flows nightly through the gateways.\n")
+    (tmp_path / "d" / "b.md").write_text("# Other\n\nNothing related here at all.\n")
+    (tmp_path / "d" / "c.md").write_text("# Third\n\nA third unrelated document about lunch.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    assert store.manifest["analyzer"]["stemmer"] is None
+    assert Retriever(store, embedder).search("gateway", mode="bm25") == []
+    assert store.set_stemmer("english") and not store.is_indexed()  # status must not claim current
+    report = store.sync_indexes(embedder)
+    assert report.bm25_rebuilt and report.embedded == 0 and store.is_indexed()
+    assert Retriever(store, embedder).search("gateway", mode="bm25")[0].doc_id == "a.md"
+    assert not store.set_stemmer("english")

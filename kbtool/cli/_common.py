@@ -109,3 +109,9 @@ def load_contract_opt(path: Optional[Path], sets: Optional[List[str]]):
     from ..contract import load_contract
 
     return load_contract(path, sets or [])
+
+
+StemmerOpt = Annotated[
+    Optional[str],
+    typer.Option("--stemmer", help="BM25 stemmer for Latin words: english (Snowball; any PyStemmer language) or none [default: the store's; new stores: none]. A change rebuilds BM25 only."),
+]

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from ._common import JsonOpt, ModelOpt, QuietOpt, StoreOpt, handle_errors, open_store, out, print_json, progress_bars
+from ._common import JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -13,6 +13,7 @@ from ._common import JsonOpt, ModelOpt, QuietOpt, StoreOpt, handle_errors, open_
 def index(
     model: ModelOpt = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model).")] = False,
+    stemmer: StemmerOpt = None,
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -24,6 +25,8 @@ def index(
     kb = open_store(store)
     if not rebuild:
         kb.check_model(model)
+    if stemmer is not None:
+        kb.set_stemmer(stemmer)
     embedder = load_embedder(model or kb.model_id)
     with progress_bars(quiet) as progress:
         report = run_index(kb, embedder=embedder, rebuild=rebuild, progress=progress)

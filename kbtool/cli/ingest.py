@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import (JsonOpt, ModelOpt, QuietOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -24,6 +24,7 @@ def ingest(
     max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = 50.0,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
     model: ModelOpt = None,
+    stemmer: StemmerOpt = None,
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -41,8 +42,14 @@ def ingest(
         parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,
         max_file_size=int(max_file_size * 2**20),
     )
+    if stemmer is not None:
+        from ..store.analyzer import _stemmer
+
+        _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
     kb = open_store(store, create=True, model=model)
     kb.check_model(model)
+    if stemmer is not None:
+        kb.set_stemmer(stemmer)
     embedder = None
     if model:
         from ..embed import load_embedder

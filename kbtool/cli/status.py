@@ -26,6 +26,7 @@ def status(store: StoreOpt = None, json_: JsonOpt = False):
         ("model", f"{emb['model']}  ({emb['dim'] or '?'}-d, {emb['max_tokens'] or '?'} tokens)"),
         ("chunking", str(info["chunking"])),
         ("bm25", str(info["bm25"])),
+        ("analyzer", str(info["analyzer"])),
         ("indexes", "current" if info["indexes_current"] else "behind the catalog: run `kbtool index`"),
         ("last ingest", str(info["last_ingest"])),
         ("disk", f"{info['disk_bytes'] / 2**20:.1f} MiB"),

@@ -133,6 +133,24 @@ class Store:
                 f"query without --model, or rebuild its vectors with `kbtool index --model {model} --rebuild`"
             )
 
+    def set_stemmer(self, name: str | None) -> bool:
+        """Choose the BM25 stemmer ('english', ... or None); True if it changed. The next
+        ``sync_indexes`` rebuilds BM25 (vectors are untouched)."""
+        from .analyzer import _stemmer
+
+        name = None if name in (None, "", "none") else name
+        _stemmer(name)  # unknown names fail here, before anything is written
+        if self.manifest["analyzer"].get("stemmer") == name:
+            return False
+        if BM25Index.exists(self.path / "bm25"):
+            self.manifest.setdefault("bm25_built_with", self._bm25_spec())
+        self.manifest["analyzer"] = {**self.manifest["analyzer"], "stemmer": name}
+        self.save_manifest()
+        return True
+
+    def _bm25_spec(self) -> dict:
+        return {"analyzer": AnalyzerConfig.from_dict(self.manifest["analyzer"]).to_dict(), "bm25": self.manifest["bm25"]}
+
     @property
     def analyzer(self) -> Analyzer:
         return Analyzer(AnalyzerConfig.from_dict(self.manifest["analyzer"]))
@@ -145,7 +163,8 @@ class Store:
         self.db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
 
     def is_indexed(self) -> bool:
-        return self.manifest.get("indexed_generation") == self.generation()
+        built_with = self.manifest.get("bm25_built_with", self._bm25_spec())
+        return self.manifest.get("indexed_generation") == self.generation() and built_with == self._bm25_spec()
 
     def require_indexed(self) -> None:
         if not self.is_indexed():
@@ -310,7 +329,10 @@ class Store:
         report.upserted = len(todo)
 
         bm25_dir = self.path / "bm25"
-        if rebuild or todo or to_delete or not BM25Index.exists(bm25_dir):
+        spec = self._bm25_spec()
+        # Stores from before this record existed were built with their manifest's settings.
+        built_with = self.manifest.get("bm25_built_with", spec)
+        if rebuild or todo or to_delete or not BM25Index.exists(bm25_dir) or built_with != spec:
             analyzer = self.analyzer
             BM25Index.build(
                 bm25_dir, [r["chunk_id"] for r in rows],
@@ -318,6 +340,7 @@ class Store:
             )
             self._bm25 = None
             report.bm25_rebuilt = True
+        self.manifest["bm25_built_with"] = spec
 
         emb = self.manifest["embedding"]
         emb["model"] = embedder.model_id
@@ -459,6 +482,7 @@ class Store:
             "embedding": self.manifest["embedding"],
             "chunking": self.manifest["chunking"],
             "bm25": self.manifest["bm25"],
+            "analyzer": AnalyzerConfig.from_dict(self.manifest["analyzer"]).to_dict(),
             "indexes_current": self.is_indexed(),
             "last_ingest": self.manifest.get("last_ingest"),
             "disk_bytes": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),

@@ -26,13 +26,17 @@ class AnalyzerConfig:
     lowercase: bool = True
     stopwords: str | None = "en"
     cjk: str = "jieba"
+    # Snowball stemmer for alphabetic Latin words (PyStemmer); identifiers stay whole.
+    # Off by default: measured on Cranfield it lifts BM25 (nDCG@10 0.336 -> 0.353) but not the
+    # default contract (0.418 -> 0.417), and on the sample set it lowers the contract (0.833 -> 0.811).
+    stemmer: str | None = None
 
     def to_dict(self) -> dict:
-        return {"lowercase": self.lowercase, "stopwords": self.stopwords, "cjk": self.cjk}
+        return {"lowercase": self.lowercase, "stopwords": self.stopwords, "cjk": self.cjk, "stemmer": self.stemmer}
 
     @classmethod
     def from_dict(cls, data: dict) -> "AnalyzerConfig":
-        return cls(**data)
+        return cls(**{"stemmer": None, **data})
 
 
 @lru_cache(maxsize=4)
@@ -46,6 +50,23 @@ def _stopwords(name: str | None) -> frozenset[str]:
     from bm25s.stopwords import STOPWORDS_EN
 
     return frozenset(STOPWORDS_EN)
+
+
+@lru_cache(maxsize=4)
+def _stemmer(name: str | None):
+    if not name:
+        return None
+    import Stemmer
+
+    try:
+        return Stemmer.Stemmer(name)
+    except KeyError:
+        from ..errors import InputError
+
+        raise InputError(f"unknown stemmer {name!r}: use one of {', '.join(Stemmer.algorithms())} or none") from None
+
+
+_ALPHA = re.compile(r"[^\W\d_]+")
 
 
 @lru_cache(maxsize=1)
@@ -69,6 +90,7 @@ class Analyzer:
     def __init__(self, config: AnalyzerConfig | None = None):
         self.config = config or AnalyzerConfig()
         self._stop = _stopwords(self.config.stopwords)
+        self._stem = _stemmer(self.config.stemmer)
 
     def __call__(self, text: str) -> list[str]:
         if self.config.lowercase:
@@ -91,6 +113,8 @@ class Analyzer:
     def _latin(self, run: str) -> list[str]:
         parts = _PART.findall(run)
         tokens = [p for p in parts if p not in self._stop]
+        if self._stem is not None:
+            tokens = [self._stem.stemWord(t) if _ALPHA.fullmatch(t) else t for t in tokens]
         if len(parts) > 1:
             tokens.append(run.strip("-_./:"))
         return tokens
