@@ -181,7 +181,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
     if contract.postprocess.dedup.enabled:
-        window, dropped = dedup(window, lambda item: rows[item[0]]["text"], contract.postprocess.dedup.similarity)
+        window, dropped = dedup(window, lambda item: rows[item[0]]["text"], contract.postprocess.dedup.similarity,
+                                keep=top_k)
     hits = []
     for cid, score in window[:top_k]:
         row, i = rows[cid], pos[cid]
