@@ -340,16 +340,31 @@ def apply_override(data: dict, item: str) -> None:
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
+        if isinstance(node, list):
+            node = _list_item(node, part, item)
+            continue
         nxt = node.get(part) if isinstance(node, dict) else None
         if nxt is None:
             nxt = {}
             node[part] = nxt
-        if not isinstance(nxt, dict):
+        if not isinstance(nxt, (dict, list)):
             raise ContractError(f"--set {item!r}: {part} is not a section")
         node = nxt
-    if not isinstance(node, dict):
+    last = parts[-1]
+    if isinstance(node, list):
+        _list_item(node, last, item)
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
         raise ContractError(f"--set {item!r}: cannot set inside a value")
-    node[parts[-1]] = value
+
+
+def _list_item(items: list, part: str, item: str):
+    """``rules.0``: a list element by its index."""
+    if not part.isdigit() or int(part) >= len(items):
+        raise ContractError(f"--set {item!r}: {part!r} is not an index of a list of {len(items)} item(s)")
+    return items[int(part)]
 
 
 # ---- writing --------------------------------------------------------------------------------

@@ -513,3 +513,10 @@ def test_preprocess_applies_the_contract():
     p = preprocess("why does the sync fail with TW-E5120", short, spans)
     assert p.truncated and p.tokens == 7 and p.text == "fail with TW-E5120"
     assert p.types == ["identifier"]
+
+
+def test_set_reaches_into_lists_by_index():
+    c = load_contract(None, ["retrieve.rules.0.weights={dense: 0.5, bm25: 0.5}"], search=False)
+    assert c.retrieve.rules[0].weights.dense == 0.5 and c.retrieve.rules[0].when == "identifier"
+    with pytest.raises(ContractError, match="not an index"):
+        load_contract(None, ["retrieve.rules.7.weights={dense: 1, bm25: 0}"], search=False)

@@ -115,6 +115,15 @@ def test_identifier_rule_leans_on_bm25(kb, embedder):
     assert "Ledger codes" in ans.hits[0].section_path
 
 
+def test_identifier_rule_puts_the_evidence_first_where_plain_rrf_did_not(sample_store, tmp_path):
+    line = next(x for x in SAMPLE_SET.read_text().splitlines() if '"q008"' in x)  # "In which release was API v1 removed?"
+    path = write(tmp_path / "q008.jsonl", line + "\n")
+    report = evaluate(sample_store, load_questions(path), EvalConfig(modes=["hybrid", "contract"], ks=[10]))
+    modes = report.results[0].modes
+    assert report.results[0].level == "chunk"
+    assert modes["hybrid"].first_relevant_rank > 1 and modes["contract"].first_relevant_rank == 1
+
+
 def test_cjk_rule_leans_on_bm25(sample_store, embedder):
     ans = retrieve(sample_store, default_contract(), "出现同步冲突时，我的修改会丢失吗？", embedder=embedder)
     assert ans.processed.types == ["cjk"] and ans.weights["bm25"] == pytest.approx(0.9)
