@@ -27,8 +27,7 @@ from .errors import ContractError
 CONTRACT_FILE = "kbtool.yaml"
 QUESTION_TYPES = ("identifier", "cjk", "other")
 RETRIEVERS = ("dense", "bm25")
-CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
-                  "line"}
+CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id"}
 
 
 class _Strict(BaseModel):
@@ -184,6 +183,12 @@ class Context(_Strict):
         unknown = {n for n in names if n.split(".")[0].split("[")[0] not in CONTEXT_FIELDS}
         if unknown:
             raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}: use {', '.join(sorted(CONTEXT_FIELDS))}")
+        sample = {"n": 1, "source": "a.md", "doc_id": "a.md", "title": "A", "section_path": "A > B", "page": "",
+                  "text": "text", "confidence": "0.50", "chunk_id": "a.md#0"}
+        try:
+            v.format(**sample)
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+            raise ValueError(f"cannot be filled in ({exc}): use plain {{field}} names") from None
         return v
 
 
@@ -301,6 +306,8 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
             raise ContractError(f"{source}: a contract is a YAML mapping with contract_version, retrieve, ...")
     for item in overrides or []:
         apply_override(data, item)
+    if overrides:
+        where += " with --set " + " ".join(overrides)
     return validate_contract(data, where)
 
 

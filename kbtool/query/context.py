@@ -9,7 +9,6 @@ def _fields(n: int, hit) -> dict:
         "n": n, "source": hit.doc_id, "doc_id": hit.doc_id, "title": hit.title,
         "section_path": hit.section_path or hit.title, "page": f" p.{hit.page}" if hit.page else "",
         "text": hit.text.strip(), "confidence": f"{hit.confidence:.2f}", "chunk_id": hit.chunk_id,
-        "line": "",
     }
 
 
