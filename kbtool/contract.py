@@ -242,6 +242,8 @@ class Contract(_Strict):
     decide: Decide = Field(default_factory=Decide)
     access: Access = Field(default_factory=Access)
     trace: Trace = Field(default_factory=Trace)
+    calibration: Optional[dict[str, Any]] = Field(
+        None, description="written by `kbtool calibrate --write`: what this contract was calibrated on, and the result")
 
     def weights_for(self, types: set[str]) -> tuple[float, float]:
         """(dense, bm25) weights, summing to 1, for a question of these detected types."""
@@ -445,3 +447,62 @@ def check_against_store(contract: Contract, store) -> list[str]:
         if f.key not in keys:
             problems.append(f"retrieve.filters.{i}: no document carries {f.key!r}")
     return problems
+
+
+# ---- calibration ----------------------------------------------------------------------------
+def calibrated_text(text: str | None, contract: Contract, result) -> str:
+    """The contract file's text with a calibration applied: tuned fields set, contract_version
+    bumped, the appendix recorded; comments and key order kept (ruamel.yaml round trip).
+    ``text`` None means the built-in contract (its commented form is the starting point)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 100
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    data = yaml.load(text if text is not None else dump_yaml(contract))
+    data["contract_version"] = int(data.get("contract_version", contract.contract_version)) + 1
+    retrieve = data.setdefault("retrieve", {})
+    if result.adopted:
+        p = result.proposed
+        fusion = retrieve.setdefault("fusion", {})
+        fusion["method"] = p["method"]
+        if p["method"] == "weighted":
+            fusion["normalization"] = p["normalization"]
+        else:
+            fusion["rrf_k"] = p["rrf_k"]
+        fusion["weights"] = {"dense": p["weights"]["dense"], "bm25": p["weights"]["bm25"]}
+        rules = retrieve.get("rules")
+        if rules is None:
+            rules = retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
+        for group, w in p["group_weights"].items():
+            weights = {"dense": round(w, 4), "bm25": round(1 - w, 4)}
+            for rule in rules:
+                if rule.get("when") == group:
+                    rule["weights"] = weights
+                    break
+            else:
+                rules.append({"when": group, "weights": weights})
+    if result.thresholds:
+        decide = data.setdefault("decide", {})
+        d = result.thresholds["default"]
+        decide["thresholds"] = {"answer": d["answer"], "low_confidence": d["low_confidence"]}
+        if result.thresholds["tiers"]:
+            tiers = decide.get("tiers")
+            if tiers is None:
+                tiers = decide["tiers"] = {}
+            for name, t in result.thresholds["tiers"].items():
+                tiers[name] = {"answer": t["answer"], "low_confidence": t["low_confidence"]}
+    data["calibration"] = _plain(result.appendix)
+    out = io.StringIO()
+    yaml.dump(data, out)
+    new = out.getvalue()
+    validate_contract(yaml_load_plain(new), "the calibrated contract")
+    return new
+
+
+def yaml_load_plain(text: str):
+    import yaml
+
+    return yaml.safe_load(text)

@@ -35,6 +35,7 @@ def eval_(
     fail_under: Annotated[Optional[List[str]], typer.Option("--fail-under", help="Gate [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6 or hit_rate@5[exact-id]=0.9 (repeatable; mode defaults to hybrid). Exit 3 when not met.")] = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A previous run's --json output or summary.json: deltas, paired randomisation test, better/worse questions.")] = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 3 on a significant drop (p < 0.05) of any metric of the primary mode.")] = False,
+    fail_under_recorded: Annotated[Optional[float], typer.Option("--fail-under-recorded", min=0, help="Exit 3 when the contract mode falls more than this below any metric recorded by `kbtool calibrate --write`.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html here.")] = None,
     store: StoreOpt = None,
     json_: JsonOpt = False,
@@ -104,6 +105,12 @@ def eval_(
     if fatal:
         raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
     gates = prepare_gates(fail_under or [], config, qs)
+    if fail_under_recorded is not None and (base is None or "contract" not in config.modes):
+        raise UsageError("--fail-under-recorded needs one contract and the contract mode")
+    from ..evaluation.evaluate import calibration_warnings
+
+    for warning in calibration_warnings(base, kb, qs) if base is not None else []:
+        err.print(f"[yellow]warning[/] {escape(warning)}", highlight=False)
     for issue in qs.issues[:20]:
         err.print(f"[yellow]warning[/] {escape(str(issue))}", highlight=False)
     if len(qs.issues) > 20:
@@ -120,6 +127,16 @@ def eval_(
             err.print(f"[yellow]warning[/] {escape(mode)} returned nothing for {empty} of {len(report.results)} "
                       "questions: check --filter and that the store holds the documents", highlight=False)
     gates_ok = check_gates(report, gates)
+    if fail_under_recorded is not None:
+        from ..evaluation.evaluate import recorded_gate
+
+        rec = recorded_gate(base, report, fail_under_recorded)
+        for c in rec["checks"]:
+            report.gates.append({"spec": f"contract:{c['metric']}>=recorded-{fail_under_recorded:g}",
+                                 "mode": "contract", "metric": c["metric"], "tag": None,
+                                 "required": round(c["recorded"] - fail_under_recorded, 6), "actual": c["actual"],
+                                 "passed": c["passed"]})
+        gates_ok &= rec["passed"]
     regressions = []
     if baseline_scores is not None:
         compare_to_baseline(report, baseline_scores)

@@ -193,7 +193,7 @@ class EvalReport:
 
 # ---- running ---------------------------------------------------------------------------------
 def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None, contract=None,
-             contracts: dict | None = None, progress: Callable[[int, int], None] | None = None,
+             contracts: dict | None = None, embedder=None, progress: Callable[[int, int], None] | None = None,
              source: str = "") -> EvalReport:
     """Run every mode over every question through the contract pipeline and score it.
 
@@ -219,7 +219,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     for m in plain:
         parse_mode(m)
     config.validate()
-    embedder = getattr(retriever, "embedder", None)
+    embedder = embedder or getattr(retriever, "embedder", None)
     questions = qs.questions
     texts = [q.question for q in questions]
     total = len(questions) * (1 + len(named))
@@ -537,3 +537,42 @@ def write_outputs(report: EvalReport, out_dir: Path) -> list[Path]:
 
 def _safe(mode: str) -> str:
     return re.sub(r"[^\w.-]+", "-", mode)
+
+
+def calibration_warnings(contract, store, qs) -> list[str]:
+    """Why the contract's calibration may not hold for this store or question set (empty: it does)."""
+    from .calibrate import question_set_sha256, store_fingerprint
+
+    cal = contract.calibration
+    if not cal:
+        return []
+    out = []
+    recorded_qs = (cal.get("question_set") or {}).get("sha256")
+    if recorded_qs and recorded_qs != question_set_sha256(qs):
+        out.append("the question set differs from the one the contract was calibrated on "
+                   f"({(cal.get('question_set') or {}).get('path') or 'unknown'}): recalibrate with `kbtool calibrate`")
+    then, now = cal.get("store") or {}, store_fingerprint(store)
+    changed = [k for k in ("model", "chunking", "analyzer", "documents", "chunks") if k in then and then[k] != now[k]]
+    if changed:
+        out.append(f"the store changed since calibration ({', '.join(changed)}): recalibrate with `kbtool calibrate`")
+    return out
+
+
+def recorded_gate(contract, report: EvalReport, delta: float) -> dict:
+    """--fail-under-recorded: the contract mode must stay within ``delta`` of every metric recorded
+    at calibration that this run computed."""
+    cal = contract.calibration or {}
+    recorded = (cal.get("recorded") or {}).get("metrics") or {}
+    if not recorded:
+        raise UsageError("--fail-under-recorded: the contract has no recorded metrics: run `kbtool calibrate --write` first")
+    checks = []
+    for name, value in recorded.items():
+        actual = report.mean("contract", name) if name in report.config.metric_names() else None
+        if actual is None:
+            continue
+        checks.append({"metric": name, "recorded": value, "actual": round(actual, 6),
+                       "passed": actual >= value - delta - 1e-9})
+    if not checks:
+        raise UsageError("--fail-under-recorded: none of the recorded metrics "
+                         f"({', '.join(recorded)}) is computed: check --metrics and --k")
+    return {"delta": delta, "checks": checks, "passed": all(c["passed"] for c in checks)}

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import app
+from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, open_store, out, print_json, progress_bars
+
+
+@app.command()
+@handle_errors
+def calibrate(
+    questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Labelled question set (as for eval), with unanswerable questions for thresholds.")],
+    contract: Annotated[Optional[Path], typer.Option("--contract", help="Contract to calibrate and (with --write) update [default: $KBTOOL_CONTRACT, else ./kbtool.yaml, else the built-in one, written to ./kbtool.yaml].")] = None,
+    set_: SetOpt = None,
+    objective: Annotated[str, typer.Option("--objective", help="Metric to maximise, e.g. ndcg@10, mrr@10, hit_rate@5.")] = "ndcg@10",
+    folds: Annotated[int, typer.Option("--folds", min=2, help="Cross-validation folds.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the fold split and the significance test.")] = 0,
+    min_count: Annotated[int, typer.Option("--min-count", min=1, help="Answerable questions a type (identifier, cjk) needs for weights of its own.")] = 10,
+    max_false_answer: Annotated[Optional[float], typer.Option("--max-false-answer", min=0, max=1, help="Choose the refuse threshold so at most this share of unanswerable questions is answered.")] = None,
+    max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", min=0, max=1, help="Choose the refuse threshold so at most this share of answerable questions is refused.")] = None,
+    write: Annotated[bool, typer.Option("--write", help="Write the proposal into the contract file (bumps contract_version, records the calibration).")] = False,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write calibration.json and calibration.png (trade-off, score distributions, weight curves) here.")] = None,
+    qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file (as for eval).")] = None,
+    split: Annotated[str, typer.Option("--split", help="BEIR qrels split.")] = "test",
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Tune fusion weights (per question type) by cross-validation and choose refusal thresholds
+    on labelled questions; print the change as a diff, --write it into the contract."""
+    import difflib
+
+    from ..contract import CONTRACT_FILE, calibrated_text, dump_yaml, find_contract, load_contract
+    from ..errors import InputError, UsageError
+    from ..evaluation.calibrate import calibrate as run
+    from ..evaluation.questions import lint_against_store, load_questions
+
+    if write and set_:
+        raise UsageError("--write with --set: the overrides would not be in the written file; edit the contract instead")
+    path = find_contract(contract)
+    c = load_contract(path, set_ or [], search=False)
+    qs = load_questions(questions, qrels=qrels, split=split)
+    kb = open_store(store)
+    lint_against_store(qs, kb)
+    fatal = [i for i in qs.issues if i.fatal]
+    if fatal:
+        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
+    with progress_bars(quiet) as bars:
+        result = run(kb, qs, c, objective=objective, folds=folds, seed=seed, min_count=min_count,
+                     max_false_answer=max_false_answer, max_false_refusal=max_false_refusal, progress=bars,
+                     source=str(questions))
+    target = path or Path(CONTRACT_FILE)
+    old = path.read_text(encoding="utf-8") if path else None
+    new = calibrated_text(old, c, result)
+    diff = "".join(difflib.unified_diff((old or dump_yaml(c)).splitlines(True), new.splitlines(True),
+                                        fromfile=str(path or "(built-in contract)"), tofile=str(target)))
+    if out_dir:
+        from ..evaluation.calibrate import write_outputs
+
+        files = write_outputs(result, out_dir)
+        if not quiet:
+            err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False, markup=False)
+    if write:
+        try:
+            target.write_text(new, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{target}: cannot write ({exc.strerror})") from None
+    if json_:
+        print_json({**result.to_dict(), "diff": diff, "written": str(target) if write else None})
+        return
+    from .calibrate_render import render
+
+    render(result, out)
+    out.file.write(diff if diff else "(no change)\n")
+    if write:
+        if not quiet:
+            err.print(f"wrote {target} (contract_version {result_version(new)})", highlight=False, markup=False)
+    elif not quiet:
+        err.print(f"not written: run again with --write to update {target}", highlight=False, markup=False)
+
+
+def result_version(text: str) -> int:
+    import yaml
+
+    return int(yaml.safe_load(text)["contract_version"])

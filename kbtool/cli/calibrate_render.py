@@ -1,0 +1,37 @@
+"""Rich tables for `kbtool calibrate` (the library returns data, this draws it)."""
+
+from __future__ import annotations
+
+
+def render(result, console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    h = result.heldout
+    console.print(f"{result.questions} questions ({result.answerable} answerable, {result.unanswerable} unanswerable); "
+                  f"types: " + ", ".join(f"{g} {n}" for g, n in result.groups.items() if n), highlight=False)
+    t = Table(title=f"Held-out {result.objective} ({result.folds}-fold cross-validation, seed {result.seed})",
+              title_justify="left")
+    for col in ("setting", result.objective):
+        t.add_column(col, justify="left" if col == "setting" else "right")
+    t.add_row("chosen by cross-validation", f"{h['chosen']:.4f}")
+    t.add_row("current contract", f"{h['current']:.4f}")
+    t.add_row(f"best single retriever ({h['best_single_name']})", f"{h['best_single']:.4f}")
+    console.print(t)
+    p = result.proposed
+    verdict = "adopted" if result.adopted else "kept the current fusion"
+    console.print(f"fusion: {verdict} (gain {h['gain']:+.4f}, p = {h['p_value']:.3f}): {p['method']}"
+                  + (f"/{p['normalization']}" if p["method"] == "weighted" else f" k={p['rrf_k']}")
+                  + f", dense {p['weights']['dense']}" + "".join(f"; {g} dense {w}" for g, w in p["group_weights"].items()),
+                  highlight=False)
+    if result.thresholds:
+        t = Table(title="Thresholds (top confidence)", title_justify="left")
+        for col in ("tier", "answer", "refuse below", "false answers", "false refusals"):
+            t.add_column(col, justify="left" if col == "tier" else "right")
+        rows = {"default": result.thresholds["default"], **result.thresholds["tiers"]}
+        for name, r in rows.items():
+            t.add_row(escape(name), f"{r['answer']:.3f}", f"{r['low_confidence']:.3f}",
+                      f"{r['false_answer']:.0%} of {r['unanswerable']}", f"{r['false_refusal']:.0%} of {r['answerable']}")
+        console.print(t)
+    for note in result.notes:
+        console.print(f"[yellow]note[/] {escape(note)}", highlight=False)

@@ -1,0 +1,156 @@
+"""kbtool calibrate on real stores: cross-validated fusion, thresholds, the written contract."""
+
+import json
+import random
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+from kbtool.contract import calibrated_text, default_contract, load_contract
+from kbtool.evaluation.calibrate import _pick, _thresholds, calibrate
+from kbtool.evaluation.questions import load_questions
+from kbtool.ingestion.pipeline import ingest
+from kbtool.store import Store
+
+from .conftest import ROOT, write
+
+runner = CliRunner()
+SAMPLE_SET = ROOT / "eval_sets" / "sample.jsonl"
+PLAIN_RRF = ["retrieve.fusion.method=rrf", "retrieve.rules=[]", "retrieve.fusion.weights={dense: 0.5, bm25: 0.5}"]
+
+
+@pytest.fixture(scope="module")
+def blind(tmp_path_factory, embedder):
+    """A store in a script the English model cannot read (Georgian letters: [UNK] to it), where
+    BM25 finds every answer and the dense side ranks at random."""
+    base = tmp_path_factory.mktemp("blind")
+    rng = random.Random(7)
+    letters = [chr(c) for c in range(0x10D0, 0x10F0)]
+
+    def word():
+        return "".join(rng.choice(letters) for _ in range(rng.randint(4, 8)))
+
+    common = [word() for _ in range(25)]
+    lines = []
+    for i in range(60):
+        own = [word() for _ in range(3)]
+        write(base / "docs" / f"d{i:02d}.md", f"# {rng.choice(common)}\n\n{' '.join(rng.sample(common, 10) + own)}.\n")
+        if i < 30:
+            q = " ".join(rng.sample(common, 4) + own[:1]) + "?"
+            lines.append(json.dumps({"id": f"k{i}", "question": q, "relevant": [f"d{i:02d}.md"]}, ensure_ascii=False))
+    questions = write(base / "q.jsonl", "\n".join(lines) + "\n")
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "docs"], embedder=embedder).failed
+    return store, load_questions(questions)
+
+
+def test_calibrate_moves_the_weight_off_a_blind_retriever(blind, embedder):
+    store, qs = blind
+    contract = load_contract(None, PLAIN_RRF, search=False)
+    r = calibrate(store, qs, contract, embedder=embedder)
+    h = r.heldout
+    assert h["dense"] < 0.4 and h["bm25"] > 0.95  # the dense side is blind here
+    assert h["current"] < 0.8  # plain RRF fuses it in blindly
+    assert r.adopted and h["p_value"] < 0.05 and h["chosen"] >= h["best_single"]
+    assert r.proposed["weights"]["dense"] <= 0.2
+    assert r.thresholds is None and any("unanswerable" in n for n in r.notes)  # none to calibrate on
+    new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r)))
+    assert new.retrieve.fusion.weights.dense <= 0.2 and new.contract_version == 2
+    assert new.calibration["heldout"]["chosen"] == h["chosen"]
+    assert new.calibration["recorded"]["metrics"]["ndcg@10"] > 0.95
+
+
+def test_same_seed_same_result_and_folds_matter(blind, embedder):
+    store, qs = blind
+    contract = load_contract(None, PLAIN_RRF, search=False)
+    a = calibrate(store, qs, contract, embedder=embedder, seed=3).to_dict()
+    b = calibrate(store, qs, contract, embedder=embedder, seed=3).to_dict()
+    for d in (a, b):
+        d["appendix"].pop("date")
+    assert a == b
+
+
+def test_sample_set_keeps_what_is_not_significantly_better_and_sets_thresholds(sample_store, embedder):
+    r = calibrate(sample_store, load_questions(SAMPLE_SET), default_contract(), embedder=embedder)
+    h = r.heldout
+    # the written contract is the current one unless the held-out gain is significant
+    written = h["chosen"] if r.adopted else h["current"]
+    assert written >= h["current"] - 1e-9 and written >= h["best_single"]
+    t = r.thresholds["default"]
+    assert 0 <= t["low_confidence"] <= t["answer"] <= 1
+    assert t["false_answer"] < 0.5  # most unanswerable questions refused
+    assert r.verification["refusal"]["correctly_refused"] > r.verification["refusal"]["unanswerable"] / 2
+    # a target instead of balanced accuracy
+    strict = calibrate(sample_store, load_questions(SAMPLE_SET), default_contract(), embedder=embedder,
+                       max_false_refusal=0.1)
+    assert strict.thresholds["default"]["false_refusal"] <= 0.1
+
+
+def test_threshold_choice_on_hand_made_confidences():
+    import numpy as np
+
+    ans, unans = np.array([0.6, 0.7, 0.8, 0.9]), np.array([0.1, 0.2, 0.65])
+    # balanced accuracy: refusing the 0.6 answerable (1 - 0.25) beats answering the 0.65 unanswerable (1 - 1/3)
+    t, fa, fr = _pick(ans, unans, None, None)
+    assert 0.65 < t <= 0.7 and fa == 0 and fr == 0.25
+    t, fa, fr = _pick(ans, unans, None, 0.0)  # no false refusal allowed: at most 0.6, fewest false answers
+    assert 0.2 < t <= 0.6 and fr == 0 and fa == pytest.approx(1 / 3)
+    t, fa, fr = _pick(ans, unans, 0.0, None)
+    assert t > 0.65 and fa == 0
+
+
+def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_path, monkeypatch):
+    import io
+
+    from ruamel.yaml import YAML
+
+    store, _ = blind
+    qfile = store.path.parent / "q.jsonl"
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["contract", "init"]).exit_code == 0
+    rt = YAML()
+    data = rt.load((tmp_path / "kbtool.yaml").read_text())
+    data["retrieve"]["fusion"]["method"] = "rrf"
+    data["retrieve"]["fusion"]["weights"] = {"dense": 0.5, "bm25": 0.5}
+    data["retrieve"]["rules"] = []
+    buf = io.StringIO()
+    rt.dump(data, buf)
+    text = buf.getvalue().replace("contract_version: 1", "# team: reviewed by ops\ncontract_version: 1")
+    (tmp_path / "kbtool.yaml").write_text(text + "colour: blue\n")
+    r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path)])
+    assert r.exit_code == 1 and "colour" in r.stderr and "Traceback" not in r.output  # checked before any work
+    (tmp_path / "kbtool.yaml").write_text(text)
+    r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path), "--write", "--set", "retrieve.top_k=3"])
+    assert r.exit_code == 2 and "--set" in r.stderr
+    r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path), "--out", str(tmp_path / "cal"),
+                            "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["adopted"] and data["written"] is None and "+contract_version: 2" in data["diff"]
+    assert (tmp_path / "cal" / "calibration.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "cal" / "calibration.json").read_text())["heldout"] == data["heldout"]
+    assert (tmp_path / "kbtool.yaml").read_text() == text  # nothing written without --write
+    r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path), "--write", "-q"])
+    assert r.exit_code == 0, r.output
+    written = (tmp_path / "kbtool.yaml").read_text()
+    assert "# team: reviewed by ops" in written and "# your version of this contract" in written
+    c = load_contract(tmp_path / "kbtool.yaml")
+    assert c.contract_version == 2 and c.calibration["question_set"]["sha256"]
+    assert c.retrieve.fusion.weights.dense <= 0.2
+    # CI: eval against the recorded numbers; a changed question set is warned about
+    r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02",
+                            "--set", "retrieve.fusion.weights={dense: 1.0, bm25: 0.0}"])
+    assert r.exit_code == 3 and "recorded" in r.stderr
+    fewer = write(tmp_path / "fewer.jsonl", "\n".join(qfile.read_text().splitlines()[:10]) + "\n")
+    r = runner.invoke(app, ["eval", str(fewer), "--store", str(store.path), "-q"])
+    assert r.exit_code == 0 and "question set differs" in r.stderr
+
+
+def test_too_few_questions_is_a_clear_error(sample_store, tmp_path):
+    path = write(tmp_path / "two.jsonl", '{"id": "a", "question": "refund window", "relevant": ["policies/refund-policy.docx"]}\n')
+    r = runner.invoke(app, ["calibrate", str(path), "--store", str(sample_store.path)])
+    assert r.exit_code == 1 and "at least 5" in r.stderr and "Traceback" not in r.output
