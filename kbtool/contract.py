@@ -177,10 +177,13 @@ class Context(_Strict):
     @classmethod
     def _known_fields(cls, v):
         try:
-            names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
+            parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(v) if f is not None]
         except ValueError as exc:
             raise ValueError(f"not a valid template ({exc})") from None
-        unknown = {n for n in names if n.split(".")[0].split("[")[0] not in CONTEXT_FIELDS}
+        if any(spec or conv for _, spec, conv in parts):
+            raise ValueError("format specs and conversions ({text:>9}, {text!r}) are not allowed: use plain {field} names")
+        names = {f for f, _, _ in parts}
+        unknown = {n for n in names if n not in CONTEXT_FIELDS}
         if unknown:
             raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}: use {', '.join(sorted(CONTEXT_FIELDS))}")
         sample = {"n": 1, "source": "a.md", "doc_id": "a.md", "title": "A", "section_path": "A > B", "page": "",
@@ -233,7 +236,7 @@ class Trace(_Strict):
 
 
 class Contract(_Strict):
-    contract_version: int = Field(ge=1, description="your version of this contract: bump it on every change")
+    contract_version: int = Field(ge=1, strict=True, description="your version of this contract: bump it on every change")
     data: DataSpec = Field(default_factory=DataSpec)
     preprocess: Preprocess = Field(default_factory=Preprocess)
     retrieve: Retrieve = Field(default_factory=Retrieve)

@@ -32,9 +32,11 @@ def eval_(
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file: TREC (qid 0 doc grade) or BEIR TSV.")] = None,
     split: Annotated[str, typer.Option("--split", help="BEIR qrels split (qrels/<split>.tsv).")] = "test",
     strict: Annotated[bool, typer.Option("--strict", help="Treat question-set warnings (unknown fields, documents not in the store, evidence not found) as errors.")] = False,
-    fail_under: Annotated[Optional[List[str]], typer.Option("--fail-under", help="Gate [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6 or hit_rate@5[exact-id]=0.9 (repeatable; mode defaults to hybrid). Exit 3 when not met.")] = None,
+    fail_under: Annotated[Optional[List[str]], typer.Option("--fail-under", help="Gate [mode:]metric@k[tag]=value, e.g. ndcg@10=0.6 or hit_rate@5[exact-id]=0.9 (repeatable; mode defaults to contract). Exit 3 when not met.")] = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A previous run's --json output or summary.json: deltas, paired randomisation test, better/worse questions.")] = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 3 on a significant drop (p < 0.05) of any metric of the primary mode.")] = False,
+    principal: Annotated[Optional[str], typer.Option("--principal", help="Evaluate as this principal (access.principals), as query does.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Permission tag held (repeatable), as query does.")] = None,
     fail_under_recorded: Annotated[Optional[float], typer.Option("--fail-under-recorded", min=0, help="Exit 3 when the contract mode falls more than this below any metric recorded by `kbtool calibrate --write`.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html here.")] = None,
     store: StoreOpt = None,
@@ -120,7 +122,8 @@ def eval_(
 
     with progress_bars(quiet) as bars:
         progress = (lambda n, total: bars("questions", n, total)) if bars else None
-        report = evaluate(kb, qs, config, contract=base, contracts=contracts, progress=progress, source=str(questions))
+        report = evaluate(kb, qs, config, contract=base, contracts=contracts, progress=progress, source=str(questions),
+                          principal=principal, allow=allow)
     for mode in config.modes:
         empty = sum(1 for r in report.results if r.modes[mode].top_score is None)
         if empty > len(report.results) / 2:

@@ -32,7 +32,9 @@ def query(
     from ..query.pipeline import retrieve
     from ..query.retriever import contract_for_mode
 
-    if not text.strip():
+    from ..query.preprocess import clean
+
+    if not clean(text):
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
     c = contract_for_mode(load_contract_opt(contract, set_), mode)
     kb = open_store(store)

@@ -193,7 +193,8 @@ class EvalReport:
 
 # ---- running ---------------------------------------------------------------------------------
 def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retriever=None, contract=None,
-             contracts: dict | None = None, embedder=None, progress: Callable[[int, int], None] | None = None,
+             contracts: dict | None = None, embedder=None, principal: str | None = None,
+             allow: Sequence[str] | None = None, progress: Callable[[int, int], None] | None = None,
              source: str = "") -> EvalReport:
     """Run every mode over every question through the contract pipeline and score it.
 
@@ -208,6 +209,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     from ..query.retriever import contract_for_mode
 
     config = config or EvalConfig()
+    store.require_indexed()
     contracts = dict(contracts or {})
     base = contract or (next(iter(contracts.values())) if contracts else default_contract())
     config.contract_names = list(contracts)
@@ -224,12 +226,12 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     texts = [q.question for q in questions]
     total = len(questions) * (1 + len(named))
     cb = (lambda n: progress(n, total)) if progress else None
-    sc = scope(store, base, config.filters)
     # One gathering per distinct contract: candidates are shared by every mode over it.
     groups = [(base, {m: contract_for_mode(base, m) for m in plain})] if plain else []
     groups += [(c, {m: c}) for m, c in named.items()]
     answers: dict[str, list] = {}
     for gbase, variants in groups:
+        sc = scope(store, gbase, config.filters, principal, allow)  # each contract's own filters and access
         cands = gather(store, gbase, texts, sc=sc, embedder=embedder, depth=config.depth,
                        retrievers=("dense", "bm25"), progress=cb)
         for mode, variant in variants.items():

@@ -56,6 +56,7 @@ class Gatherer:
 
     def gather(self, processed: list[Processed], *, retrievers: tuple[str, ...], depth: int,
                allowed: set[str] | None, allowed_docs: list[str] | None, fill_missing: bool = True,
+               extra_dense: int = 0,
                batch_size: int = 64, progress=None) -> list[Candidates]:
         """``allowed`` is the set of chunk ids filters and access permit (None: all)."""
         out: list[Candidates] = []
@@ -68,7 +69,7 @@ class Gatherer:
             qvecs = None
             if "dense" in retrievers and (allowed is None or allowed):
                 qvecs = self.embedder.embed_queries([p.dense_text for p in batch])
-                dense_lists = self.store.dense_search(qvecs, depth, allowed_docs)
+                dense_lists = self.store.dense_search(qvecs, depth + extra_dense, allowed_docs)
             t_dense = (time.perf_counter() - t0) / max(1, len(batch))
             for i, p in enumerate(batch):
                 t1 = time.perf_counter()
@@ -78,7 +79,7 @@ class Gatherer:
                 t_bm25 = time.perf_counter() - t1
                 d = dense_lists[i]
                 if allowed is not None:  # Chroma filtered by document; chunk-level filters (page) here
-                    d = [x for x in d if x[0] in allowed]
+                    d = [x for x in d if x[0] in allowed][:depth]
                 ids = list(dict.fromkeys([c for c, _ in d] + [c for c, _ in bm25_list]))
                 dense = np.full(len(ids), np.nan)
                 bm25 = np.full(len(ids), np.nan)
@@ -100,7 +101,7 @@ class Gatherer:
                             if np.isnan(bm25[pos[c]]):
                                 row = index.row_of.get(c)
                                 bm25[pos[c]] = float(scores[row]) if row is not None else 0.0
-                bound = index.bound(terms) if index is not None else 0.0
+                bound = index.bound(terms, mask) if index is not None else 0.0
                 out.append(Candidates(
                     processed=p, ids=ids, dense=dense, bm25=bm25,
                     dense_rank={c: r for r, (c, _) in enumerate(d, start=1)},

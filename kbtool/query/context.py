@@ -4,6 +4,9 @@ token budget, built from the contract's template."""
 from __future__ import annotations
 
 
+MIN_SOURCE_TOKENS = 16  # room for at least the start of one source
+
+
 def _fields(n: int, hit) -> dict:
     return {
         "n": n, "source": hit.doc_id, "doc_id": hit.doc_id, "title": hit.title,
@@ -19,6 +22,11 @@ def build_context(hits: list, decision: str, cfg, count_tokens) -> tuple[str, li
         return cfg.refusal, []
     head = cfg.header + (cfg.low_confidence_notice if decision == "low_confidence" else "")
     used = count_tokens(head)
+    if cfg.max_tokens - used < MIN_SOURCE_TOKENS:
+        from ..errors import ContractError
+
+        raise ContractError(f"context.max_tokens {cfg.max_tokens} leaves {cfg.max_tokens - used} token(s) for sources after "
+                            f"the header and notice: raise it to at least {used + MIN_SOURCE_TOKENS}")
     parts, included = [head], []
     for n, hit in enumerate(hits, start=1):
         piece = cfg.template.format(**_fields(n, hit))

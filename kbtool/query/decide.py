@@ -49,14 +49,15 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
     index = store.bm25()
     mask = index.mask(allowed) if allowed is not None else None
     covered = " ".join(out).lower()
-    prefixes = None
+    vocab = None
     for term in dict.fromkeys(terms):
         if term in covered or len(term) < 3 or index.has_term(term, mask):
             continue
-        if prefixes is None:
-            prefixes = {v[:4] for v in index.vocabulary() if len(v) >= 4}
-        if len(term) >= 4 and term[:4] in prefixes:
-            continue  # a word form of an indexed word ('causes' beside 'cause'): not worth a mention
+        if len(term) >= 4:
+            vocab = vocab if vocab is not None else index.vocabulary()
+            # a word form of a permitted indexed word ('causes' beside 'cause') is not worth a mention
+            if any(v.startswith(term[:4]) and v != term and index.has_term(v, mask) for v in vocab):
+                continue
         out.append(term)
     return out
 

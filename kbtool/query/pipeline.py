@@ -91,6 +91,7 @@ class Scope:
     filters: list[str]
     allowed: set[str] | None  # chunk ids, None = every chunk
     allowed_docs: list[str] | None
+    extra_dense: int = 0  # chunks of allowed documents the filters exclude
 
 
 def access_tags(contract, principal: str | None, allow: Sequence[str] | None) -> set[str] | None:
@@ -117,26 +118,40 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     fields = contract.data.metadata
-    known = store.metadata_keys() | set(fields)
+    tags = access_tags(contract, principal, allow)
+    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
+
+    def visible(meta: dict) -> bool:
+        if tags is None:
+            return True
+        have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
+        return bool(have & tags) if have else untagged_visible
+
+    if tags is None:
+        known = store.metadata_keys() | set(fields)
+    else:  # a restricted caller learns no metadata key only forbidden documents carry
+        known = set(fields) | {k for _, _, meta in store.chunk_metadata() if visible(meta) for k in meta}
+        known.discard("index_hash")
     for f in parsed:
         if f.key not in known:
             raise InputError(f"unknown filter key {f.key!r}: known keys are {', '.join(sorted(known))}")
         if f.key in fields and not fields[f.key].filterable:
             raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
-    tags = access_tags(contract, principal, allow)
     if not parsed and tags is None:
         return Scope(specs, None, None)
-    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
     allowed, docs = set(), set()
+    doc_chunks: dict[str, int] = {}
     for chunk_id, doc_id, meta in store.chunk_metadata():
-        if tags is not None:
-            have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
-            if (have and not have & tags) or (not have and not untagged_visible):
-                continue
+        doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + 1
+        if not visible(meta):
+            continue
         if all(f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed):
             allowed.add(chunk_id)
             docs.add(doc_id)
-    return Scope(specs, allowed, sorted(docs))
+    # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
+    # are dropped after the search, so the dense search must look that much deeper.
+    extra = sum(doc_chunks[d] for d in docs) - len(allowed)
+    return Scope(specs, allowed, sorted(docs), extra)
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
@@ -154,7 +169,7 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
     processed = [preprocess(q, contract, spans) for q in questions]
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
     return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
-                           allowed_docs=sc.allowed_docs, fill_missing=contract.retrieve.fusion.fill_missing,
+                           allowed_docs=sc.allowed_docs, extra_dense=sc.extra_dense, fill_missing=contract.retrieve.fusion.fill_missing,
                            progress=progress)
 
 
@@ -173,7 +188,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         w_dense, w_bm25 = 0.0, 1.0
     fused = fuse(cands.ids, cands.dense, cands.bm25, method=method, w_dense=w_dense, w_bm25=w_bm25,
                  normalization=fusion.normalization, rrf_k=fusion.rrf_k)
-    top_k = top_k or contract.retrieve.top_k
+    asked = top_k or contract.retrieve.top_k
+    top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
     # Read rows for a margin beyond top_k so dedup can still fill the list.
     window = fused[: top_k + 20] if contract.postprocess.dedup.enabled else fused[:top_k]
@@ -198,10 +214,15 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             bm25_score=None if raw is None else round(raw, 6),
             bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
         ))
-    top = max((h.confidence for h in hits), default=None)
+    # The decision looks at the contract's top_k hits whatever the caller asked for (eval asks for
+    # 100): the same question gets the same decision from query, eval and calibrate.
+    window = hits[: contract.retrieve.top_k]
+    best_hit = max(window, key=lambda h: (h.confidence, -h.rank), default=None)
+    top = best_hit.confidence if best_hit else None
+    hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
     decision = decide(top, th)
-    explanation = _explain(store, contract, cands, hits, decision, top, th, sc, explain)
+    explanation = _explain(store, cands, best_hit, decision, th, sc, explain)
     context = ""
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)
@@ -227,28 +248,36 @@ def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
     return [[c, round(float(scores[pos[c]]), 6)] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:n]]
 
 
-def _explain(store, contract, cands, hits, decision, top, th, sc: Scope, explain: bool) -> dict:
-    best = hits[0] if hits else None
+def _explain(store, cands, best, decision, th, sc: Scope, explain: bool) -> dict:
+    """Why this decision: the hit with the top confidence against the thresholds, and on a
+    refusal or low confidence, the query terms no permitted chunk holds and what to try."""
     out: dict = {
-        "best": None if best is None else {"doc_id": best.doc_id, "section_path": best.section_path,
-                                           "confidence": best.confidence},
+        "best": None if best is None else {"rank": best.rank, "doc_id": best.doc_id,
+                                           "section_path": best.section_path, "confidence": best.confidence},
     }
+    top = _floor(best.confidence) if best else None
     if decision == "answer":
-        out["message"] = f"confidence {top:.2f} ≥ answer threshold {th.answer:.2f}"
+        out["message"] = f"confidence {top:.2f} ≥ answer threshold {th.answer:g}"
         return out
     if best is None:
         out["message"] = "no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else "")
     elif decision == "refuse":
         out["message"] = (f"nearest miss: {best.doc_id}" + (f" › {best.section_path}" if best.section_path else "")
-                          + f" at confidence {top:.2f}, below the refuse threshold {th.low_confidence:.2f}")
+                          + f" at confidence {top:.2f}, below the refuse threshold {th.low_confidence:g}")
     else:
-        out["message"] = (f"confidence {top:.2f} is below the answer threshold {th.answer:.2f} "
-                          f"(refuse below {th.low_confidence:.2f}): the answer may not be in these sources")
+        out["message"] = (f"best match {best.doc_id}" + (f" › {best.section_path}" if best.section_path else "")
+                          + f" at confidence {top:.2f} is below the answer threshold {th.answer:g} "
+                          f"(refuse below {th.low_confidence:g}): the answer may not be in these sources")
     if explain and "bm25" in store_retrievers(store):
         missing = missing_terms(store, cands.processed, cands.query_terms, sc.allowed)
         out["missing_terms"] = missing
         out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters)
     return out
+
+
+def _floor(x: float) -> float:
+    """Two decimals, rounded down: 0.3963 shows as 0.39, never as the 0.40 it is below."""
+    return math.floor(x * 100 + 1e-9) / 100
 
 
 def store_retrievers(store) -> tuple[str, ...]:

@@ -11,8 +11,15 @@ from functools import lru_cache
 _WORD = re.compile(r"\w+")
 
 
-SAMPLE = 4  # keep 1 in SAMPLE shingles (by a stable hash) once a text has more than MIN_FULL
-MIN_FULL = 24
+SAMPLE = 4  # keep 1 in SAMPLE shingles (by a stable hash) once a text has at least MIN_FULL
+MIN_FULL = 64  # so a sketch keeps about 16 or more
+
+
+@lru_cache(maxsize=20000)
+def _all_shingles(text: str, n: int = 3) -> frozenset[int]:
+    words = _WORD.findall(text.lower())
+    grams = [" ".join(words[i : i + n]) for i in range(max(1, len(words) - n + 1))] if words else []
+    return frozenset(zlib.crc32(g.encode()) for g in grams)
 
 
 @lru_cache(maxsize=20000)
@@ -21,10 +28,8 @@ def shingles(text: str, n: int = 3) -> frozenset[int]:
     one shingle. Long texts keep a fixed 1-in-SAMPLE subset of their shingles (the same subset in
     every text, as in MinHash-style sketches), which estimates the shared share closely and makes
     dedup linear in practice."""
-    words = _WORD.findall(text.lower())
-    grams = [" ".join(words[i : i + n]) for i in range(max(1, len(words) - n + 1))] if words else []
-    hashes = {zlib.crc32(g.encode()) for g in grams}
-    if len(hashes) > MIN_FULL:
+    hashes = _all_shingles(text, n)
+    if len(hashes) >= MIN_FULL:
         sampled = {h for h in hashes if h % SAMPLE == 0}
         if sampled:
             return frozenset(sampled)
@@ -45,7 +50,10 @@ def dedup(items: list, text_of, similarity: float, keep: int | None = None) -> t
         if sh:
             counts = Counter(k for s in sh for k in owners.get(s, ()))
             need = similarity * len(sh)
-            dup = next((kept[k] for k, c in sorted(counts.items()) if c >= need), None)
+            full = _all_shingles(text_of(item))
+            # the sketch proposes, the full shingle sets decide: no drop on a sampling accident
+            dup = next((kept[k] for k, c in sorted(counts.items()) if c >= need
+                        and len(full & _all_shingles(text_of(kept[k]))) >= similarity * len(full)), None)
         if dup is None:
             for s in sh:
                 owners.setdefault(s, []).append(len(kept))

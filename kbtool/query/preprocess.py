@@ -48,8 +48,13 @@ class Processed:
         return asdict(self)
 
 
+def decodable(text: str) -> str:
+    """Bytes that were not UTF-8 arrive from the command line as lone surrogates: U+FFFD instead."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def clean(text: str) -> str:
-    text = unicodedata.normalize("NFC", text)
+    text = unicodedata.normalize("NFC", decodable(text))
     text = _INVISIBLE.sub("", text)
     text = _CONTROL.sub(" ", text)
     return " ".join(text.split())
@@ -121,6 +126,7 @@ def preprocess(question: str, contract, token_spans=None) -> Processed:
     """Apply ``contract.preprocess``. ``token_spans(text) -> [(start, end)]`` counts model tokens
     (without special tokens); without it, no truncation happens."""
     cfg = contract.preprocess
+    question = decodable(question)
     text = clean(question) if cfg.clean else question
     truncated, n_tokens = False, None
     if token_spans is not None:

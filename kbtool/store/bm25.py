@@ -95,23 +95,27 @@ class BM25Index:
         start, end = sc["indptr"][token_id], sc["indptr"][token_id + 1]
         return sc["indices"][start:end], sc["data"][start:end]
 
-    def bound(self, tokens: list[str]) -> float:
+    def bound(self, tokens: list[str], mask: np.ndarray | None = None) -> float:
         """The score of a chunk as good as the best chunk on every query token: the sum, over the
         tokens, of the best score any chunk gets for it. A token no chunk holds counts as a rare
         term held once (idf of one chunk x tf-saturation at average length, 1 / (1 + k1))."""
         if self.retriever is None:
             return 0.0
         vocab = self.retriever.vocab_dict
-        n = len(self.chunk_ids)
+        n = len(self.chunk_ids) if mask is None else int(mask.sum())
         k1 = float(getattr(self.retriever, "k1", 1.2))
         rare = float(np.log(max(1.0, (n - 1 + 0.5) / 1.5))) / (1.0 + k1)
         total = 0.0
         for t in tokens:
-            if t in vocab:
-                _, data = self._postings(vocab[t])
-                total += float(data.max()) if len(data) else 0.0
-            else:
+            if t not in vocab:
                 total += rare
+                continue
+            rows, data = self._postings(vocab[t])
+            if not len(rows):
+                continue  # in the vocabulary with no stored postings: idf 0
+            if mask is not None:
+                data = data[mask[rows]]  # only permitted chunks shape what a caller sees
+            total += float(data.max()) if len(data) else rare
         return total
 
     def has_term(self, token: str, mask: np.ndarray | None = None) -> bool:
