@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -80,6 +81,7 @@ class CalibrationResult:
     notes: list[str] = field(default_factory=list)
     verification: dict | None = None
     appendix: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -156,6 +158,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         raise InputError(f"{len(answerable)} answerable question(s): calibration needs at least {folds} "
                          "(one per fold); add labelled questions")
     depth = max(k, 100)  # chunks ranked per question, as eval's --depth: documents collapse from them
+    t0 = time.perf_counter()
     sc = scope(store, contract, [])
     cb = (lambda n: progress("retrieving", n, len(questions))) if progress else None
     cands = gather(store, contract, [q.question for q in questions], sc=sc, embedder=embedder,
@@ -170,6 +173,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         item.group = group_of(c.processed.types, multilingual)
         items.append(item)
     ans_items = [it for it in items if it.q.answerable]
+    t1 = time.perf_counter()
 
     # Score every (config, weight) for every answerable question once: S[config, weight, question].
     S = np.zeros((len(CONFIGS), len(WEIGHTS), len(ans_items)))
@@ -275,6 +279,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                  "chosen_in_sample": round(float(per_question(ci, wmap).mean()), 4)},
         weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
     )
+    t2 = time.perf_counter()
     result.appendix = _appendix(result, store, qs, source)
     # The full pipeline (dedup included) with the calibrated contract, on the whole set: the
     # numbers `eval --fail-under-recorded` holds CI to.
@@ -287,6 +292,8 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     recorded = {n: v for n, v in report.metrics()["contract"].items() if v is not None}
     refusal = report.refusal()["contract"]
     result.verification = {"metrics": recorded, "refusal": refusal}
+    result.timings = {"retrieval_s": round(t1 - t0, 2), "search_s": round(t2 - t1, 2),
+                      "verification_s": round(time.perf_counter() - t2, 2)}
     result.appendix["recorded"] = {"metrics": recorded, "refusal": {k: refusal[k] for k in
                                    ("unanswerable", "correctly_refused", "answerable", "wrongly_refused")}}
     return result
