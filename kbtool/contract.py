@@ -422,7 +422,12 @@ def _plain(value):
 
 
 def _scalar(value) -> str:
+    import json
+
     import yaml
+
+    if isinstance(value, str) and "\n" in value:
+        return json.dumps(value, ensure_ascii=False)  # one line, double-quoted: diffs and edits stay small
 
     text = yaml.safe_dump(value, allow_unicode=True, width=10**6, default_flow_style=True).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
@@ -455,54 +460,77 @@ def check_against_store(contract: Contract, store) -> list[str]:
 # ---- calibration ----------------------------------------------------------------------------
 def calibrated_text(text: str | None, contract: Contract, result) -> str:
     """The contract file's text with a calibration applied: tuned fields set, contract_version
-    bumped, the appendix recorded; comments and key order kept (ruamel.yaml round trip).
-    ``text`` None means the built-in contract (its commented form is the starting point)."""
+    bumped, the appendix recorded; comments, quoting and key order kept (ruamel.yaml round trip,
+    values set in place). ``text`` None means the built-in contract (its commented form is the
+    starting point). Threshold tiers become exactly those the calibration measured, so the rates
+    it reports are what the written contract does."""
     import io
 
     from ruamel.yaml import YAML
 
     yaml = YAML()
-    yaml.width = 100
-    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 4096
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=2, offset=0)  # the layout `contract init` writes
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
     data = yaml.load(text if text is not None else dump_yaml(contract))
-    data["contract_version"] = int(data.get("contract_version", contract.contract_version)) + 1
-    retrieve = data.setdefault("retrieve", {})
+    _put(data, ["contract_version"], int(data.get("contract_version", contract.contract_version)) + 1)
     if result.adopted:
         p = result.proposed
-        fusion = retrieve.setdefault("fusion", {})
-        fusion["method"] = p["method"]
+        _put(data, ["retrieve", "fusion", "method"], p["method"])
         if p["method"] == "weighted":
-            fusion["normalization"] = p["normalization"]
+            _put(data, ["retrieve", "fusion", "normalization"], p["normalization"])
         else:
-            fusion["rrf_k"] = p["rrf_k"]
-        fusion["weights"] = {"dense": p["weights"]["dense"], "bm25": p["weights"]["bm25"]}
-        rules = retrieve.get("rules")
-        if rules is None:
-            rules = retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
-        for group, w in p["group_weights"].items():
-            weights = {"dense": round(w, 4), "bm25": round(1 - w, 4)}
-            for rule in rules:
-                if rule.get("when") == group:
-                    rule["weights"] = weights
-                    break
-            else:
-                rules.append({"when": group, "weights": weights})
+            _put(data, ["retrieve", "fusion", "rrf_k"], p["rrf_k"])
+        shared = {"dense": p["weights"]["dense"], "bm25": p["weights"]["bm25"]}
+        _put(data, ["retrieve", "fusion", "weights", "dense"], shared["dense"])
+        _put(data, ["retrieve", "fusion", "weights", "bm25"], shared["bm25"])
+        retrieve = data["retrieve"]
+        if retrieve.get("rules") is None:
+            retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
+        rules = retrieve["rules"]
+        wanted = {**p["group_weights"], "other": shared["dense"]}
+        for group, w in wanted.items():
+            matching = [r for r in rules if r.get("when") == group]
+            if not matching and group == "other":
+                continue  # "other" questions use fusion.weights
+            if not matching:
+                rules.append({"when": group, "weights": {"dense": round(w, 4), "bm25": round(1 - w, 4)}})
+            for rule in matching:
+                _put(rule, ["weights", "dense"], round(w, 4))
+                _put(rule, ["weights", "bm25"], round(1 - w, 4))
     if result.thresholds:
-        decide = data.setdefault("decide", {})
         d = result.thresholds["default"]
-        decide["thresholds"] = {"answer": d["answer"], "low_confidence": d["low_confidence"]}
-        if result.thresholds["tiers"]:
-            tiers = decide.get("tiers")
-            if tiers is None:
-                tiers = decide["tiers"] = {}
-            for name, t in result.thresholds["tiers"].items():
-                tiers[name] = {"answer": t["answer"], "low_confidence": t["low_confidence"]}
+        _put(data, ["decide", "thresholds", "answer"], d["answer"])
+        _put(data, ["decide", "thresholds", "low_confidence"], d["low_confidence"])
+        decide = data["decide"]
+        tiers = decide.get("tiers")
+        new_tiers = {name: {"answer": t["answer"], "low_confidence": t["low_confidence"]}
+                     for name, t in result.thresholds["tiers"].items()}
+        if tiers is None or not hasattr(tiers, "keys"):
+            decide["tiers"] = new_tiers
+        else:
+            for name in [k for k in tiers.keys() if k not in new_tiers]:
+                del tiers[name]
+            for name, t in new_tiers.items():
+                _put(tiers, [name, "answer"], t["answer"])
+                _put(tiers, [name, "low_confidence"], t["low_confidence"])
     data["calibration"] = _plain(result.appendix)
     out = io.StringIO()
     yaml.dump(data, out)
     new = out.getvalue()
     validate_contract(yaml_load_plain(new), "the calibrated contract")
     return new
+
+
+def _put(node, path: list[str], value) -> None:
+    """Set a value in place, creating mappings on the way: comments on existing keys survive."""
+    for key in path[:-1]:
+        if node.get(key) is None or not hasattr(node.get(key), "keys"):
+            node[key] = {}
+        node = node[key]
+    node[path[-1]] = value
 
 
 def yaml_load_plain(text: str):

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.contract import calibrated_text, default_contract, load_contract
-from kbtool.evaluation.calibrate import _pick, _thresholds, calibrate
+from kbtool.evaluation.calibrate import _answer_threshold, _pick, calibrate
 from kbtool.evaluation.questions import load_questions
 from kbtool.ingestion.pipeline import ingest
 from kbtool.store import Store
@@ -94,12 +94,21 @@ def test_threshold_choice_on_hand_made_confidences():
 
     ans, unans = np.array([0.6, 0.7, 0.8, 0.9]), np.array([0.1, 0.2, 0.65])
     # balanced accuracy: refusing the 0.6 answerable (1 - 0.25) beats answering the 0.65 unanswerable (1 - 1/3)
-    t, fa, fr = _pick(ans, unans, None, None)
-    assert 0.65 < t <= 0.7 and fa == 0 and fr == 0.25
-    t, fa, fr = _pick(ans, unans, None, 0.0)  # no false refusal allowed: at most 0.6, fewest false answers
-    assert 0.2 < t <= 0.6 and fr == 0 and fa == pytest.approx(1 / 3)
-    t, fa, fr = _pick(ans, unans, 0.0, None)
-    assert t > 0.65 and fa == 0
+    t, fa, fr, met = _pick(ans, unans, None, None)
+    assert 0.65 < t <= 0.7 and fa == 0 and fr == 0.25 and met
+    t, fa, fr, met = _pick(ans, unans, None, 0.0)  # no false refusal allowed: at most 0.6, fewest false answers
+    assert 0.2 < t <= 0.6 and fr == 0 and fa == pytest.approx(1 / 3) and met
+    t, fa, fr, met = _pick(ans, unans, 0.0, None)
+    assert t > 0.65 and fa == 0 and met
+    t, fa, fr, met = _pick(np.array([0.5, 0.6]), np.array([0.7, 1.0, 1.0]), 0.0, None)  # cannot be met
+    assert not met
+    # answer: the lowest threshold answering at most 5 % of unanswerable questions without the notice
+    u = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+    a = _answer_threshold(0.3, u)
+    assert (u >= a).mean() <= 0.05 and a > 0.95
+    u20 = np.linspace(0.05, 0.6, 20)
+    a = _answer_threshold(0.1, u20)
+    assert (u20 >= a).sum() == 1 and a <= 0.6 + 1e-3
 
 
 def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_path, monkeypatch):
@@ -155,3 +164,13 @@ def test_too_few_questions_is_a_clear_error(sample_store, tmp_path):
     path = write(tmp_path / "two.jsonl", '{"id": "a", "question": "refund window", "relevant": ["policies/refund-policy.docx"]}\n')
     r = runner.invoke(app, ["calibrate", str(path), "--store", str(sample_store.path)])
     assert r.exit_code == 1 and "at least 5" in r.stderr and "Traceback" not in r.output
+
+
+def test_bad_options_fail_before_any_work(sample_store, tmp_path):
+    base = ["calibrate", str(SAMPLE_SET), "--store", str(sample_store.path)]
+    for extra in (["--objective", "ndgc@10"], ["--objective", "map"], ["--max-false-answer", "0.1", "--max-false-refusal", "0.1"]):
+        r = runner.invoke(app, base + extra)
+        assert r.exit_code == 2 and "Traceback" not in r.output, extra
+    f = write(tmp_path / "file", "x")
+    r = runner.invoke(app, base + ["--out", str(f)])
+    assert r.exit_code == 2 and "--out" in r.stderr

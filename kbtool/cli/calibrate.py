@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
@@ -23,6 +23,8 @@ def calibrate(
     max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", min=0, max=1, help="Choose the refuse threshold so at most this share of answerable questions is refused.")] = None,
     write: Annotated[bool, typer.Option("--write", help="Write the proposal into the contract file (bumps contract_version, records the calibration).")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write calibration.json and calibration.png (trade-off, score distributions, weight curves) here.")] = None,
+    principal: Annotated[Optional[str], typer.Option("--principal", help="Calibrate as this principal (access.principals), as query does.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Permission tag held (repeatable), as query does.")] = None,
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file (as for eval).")] = None,
     split: Annotated[str, typer.Option("--split", help="BEIR qrels split.")] = "test",
     store: StoreOpt = None,
@@ -38,6 +40,16 @@ def calibrate(
     from ..evaluation.calibrate import calibrate as run
     from ..evaluation.questions import lint_against_store, load_questions
 
+    from ..evaluation.metrics import parse_metric
+
+    try:
+        parse_metric(objective)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--objective") from None
+    if max_false_answer is not None and max_false_refusal is not None:
+        raise typer.BadParameter("give one of --max-false-answer and --max-false-refusal", param_hint="--max-false-answer")
+    if out_dir and out_dir.exists() and not out_dir.is_dir():
+        raise typer.BadParameter(f"{out_dir} is a file: give a folder", param_hint="--out")
     if write and set_:
         raise UsageError("--write with --set: the overrides would not be in the written file; edit the contract instead")
     path = find_contract(contract)
@@ -51,7 +63,7 @@ def calibrate(
     with progress_bars(quiet) as bars:
         result = run(kb, qs, c, objective=objective, folds=folds, seed=seed, min_count=min_count,
                      max_false_answer=max_false_answer, max_false_refusal=max_false_refusal, progress=bars,
-                     source=str(questions))
+                     source=str(questions), principal=principal, allow=allow)
     target = path or Path(CONTRACT_FILE)
     old = path.read_text(encoding="utf-8") if path else None
     new = calibrated_text(old, c, result)

@@ -32,6 +32,9 @@ def render(result, console) -> None:
         for name, r in rows.items():
             t.add_row(escape(name), f"{r['answer']:.3f}", f"{r['low_confidence']:.3f}",
                       f"{r['false_answer']:.0%} of {r['unanswerable']}", f"{r['false_refusal']:.0%} of {r['answerable']}")
+        o = result.thresholds["overall"]
+        t.add_row("all questions", "", "", f"{o['false_answer']:.0%} of {o['unanswerable']}",
+                  f"{o['false_refusal']:.0%} of {o['answerable']}")
         console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note[/] {escape(note)}", highlight=False)

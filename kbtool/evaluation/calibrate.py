@@ -142,12 +142,16 @@ class _Question:
 def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5, seed: int = 0,
               alpha: float = 0.05, min_count: int = 10, max_false_answer: float | None = None,
               max_false_refusal: float | None = None, level: str = "auto", embedder=None,
+              principal: str | None = None, allow=None,
               progress: Callable[[str, int, int], None] | None = None, source: str = "") -> CalibrationResult:
     """Tune ``contract`` on question set ``qs``; returns the proposal and its evidence."""
     from ..query.pipeline import gather, scope
     from .evaluate import _EvidenceMatcher
 
-    base, k = parse_metric(objective)
+    try:
+        base, k = parse_metric(objective)
+    except ValueError as exc:
+        raise UsageError(f"--objective {objective!r}: {exc}") from None
     if folds < 2:
         raise UsageError("--folds must be at least 2")
     if max_false_answer is not None and max_false_refusal is not None:
@@ -159,7 +163,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                          "(one per fold); add labelled questions")
     depth = max(k, 100)  # chunks ranked per question, as eval's --depth: documents collapse from them
     t0 = time.perf_counter()
-    sc = scope(store, contract, [])
+    sc = scope(store, contract, [], principal, allow)
     cb = (lambda n: progress("retrieving", n, len(questions))) if progress else None
     cands = gather(store, contract, [q.question for q in questions], sc=sc, embedder=embedder,
                    depth=max(contract.retrieve.candidates, depth), retrievers=("dense", "bm25"), progress=cb)
@@ -188,35 +192,43 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                 progress("scoring", 25, total)
     groups = np.array([it.group for it in ans_items])
     counts = {g: int((groups == g).sum()) for g in GROUPS}
+    rule_weight = _rule_weights(contract)
+    # A type with enough questions gets a weight of its own; a smaller one keeps the contract's rule
+    # (scored at that rule's weight, exactly as it will be written); the rest share one weight.
+    own = {g for g in ("identifier", "cjk") if counts[g] >= min_count}
+    fixed = {g: rule_weight[g] for g in ("identifier", "cjk") if g not in own and g in rule_weight}
+    F = np.full((len(CONFIGS), len(ans_items)), np.nan)
+    for qi, it in enumerate(ans_items):
+        if it.group in fixed:
+            for ci, cfg in enumerate(CONFIGS):
+                F[ci, qi] = it.metric(cfg, fixed[it.group], objective)
+    shared_groups = [g for g in GROUPS if g not in own and g not in fixed]
 
     def choose(train: np.ndarray) -> tuple[int, dict[str, int]]:
         """Best config and per-group weight index on the training questions (a boolean mask)."""
         best = None
         for ci in range(len(CONFIGS)):
-            own = {g for g in ("identifier", "cjk") if ((groups == g) & train).sum() >= min_count}
-            shared = train & ~np.isin(groups, list(own))
             wmap: dict[str, int] = {}
             total_score = 0.0
-            if shared.any():
-                sums = S[ci][:, shared].sum(axis=1)
-                wi = int(np.argmax(sums))  # ties: the lowest dense weight, deterministic
-                total_score += sums[wi]
-                for g in GROUPS:
-                    if g not in own:
-                        wmap[g] = wi
+            shared = train & np.isin(groups, shared_groups)
+            sums = S[ci][:, shared].sum(axis=1) if shared.any() else np.zeros(len(WEIGHTS))
+            wi = int(np.argmax(sums))  # ties: the lowest dense weight, deterministic
+            total_score += sums[wi]
+            for g in shared_groups:
+                wmap[g] = wi
             for g in own:
                 m = train & (groups == g)
                 sums = S[ci][:, m].sum(axis=1)
                 wmap[g] = int(np.argmax(sums))
                 total_score += sums[wmap[g]]
-            for g in GROUPS:
-                wmap.setdefault(g, WEIGHTS.index(0.5))
+            fm = train & np.isin(groups, list(fixed))
+            total_score += float(F[ci, fm].sum()) if fm.any() else 0.0
             if best is None or total_score > best[0] + 1e-12:
                 best = (total_score, ci, wmap)
         return best[1], best[2]
 
     def per_question(ci: int, wmap: dict[str, int]) -> np.ndarray:
-        return np.array([S[ci, wmap[g], qi] for qi, g in enumerate(groups)])
+        return np.array([F[ci, qi] if g in fixed else S[ci, wmap[g], qi] for qi, g in enumerate(groups)])
 
     # Current contract's setting, and the single retrievers, on the same fast path.
     cur_cfg = Config(contract.retrieve.fusion.method, contract.retrieve.fusion.normalization,
@@ -245,25 +257,28 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                      f"{current_scores.mean():.4f} (p = {p_value:.3f}, needs p < {alpha} and a gain)")
     for g in ("identifier", "cjk"):
         if 0 < counts[g] < min_count:
-            notes.append(f"{g}: {counts[g]} answerable question(s), fewer than {min_count}: "
-                         "no weight of its own is tuned (the contract's rule is kept)")
+            notes.append(f"{g}: {counts[g]} answerable question(s), fewer than {min_count}: no weight of its own "
+                         + ("is tuned (the contract's rule is kept)" if g in fixed else "(it shares the global one)"))
 
-    proposed = _proposal(contract, chosen_cfg, wmap, counts, min_count) if adopted else _current_fusion(contract)
-    # thresholds under the final fusion
+    proposed = _proposal(chosen_cfg, wmap, own, fixed) if adopted else _current_fusion(contract)
+    # thresholds under the final fusion, with the weights the pipeline will use
     final_cfg = Config(proposed["method"], proposed["normalization"], proposed["rrf_k"])
 
     def final_weight(g: str) -> float:
+        if final_cfg.method in ("dense", "bm25"):
+            return 1.0 if final_cfg.method == "dense" else 0.0
         return proposed["group_weights"].get(g, proposed["weights"]["dense"])
 
     conf = {id(it): it.top_confidence(final_cfg, final_weight(it.group)) for it in items}
-    thresholds, table, tnotes = _thresholds(items, conf, max_false_answer, max_false_refusal, multilingual)
+    thresholds, table, tnotes = _thresholds(items, conf, max_false_answer, max_false_refusal)
     notes += tnotes
     curves = {}
+    curve_cfg = final_cfg if final_cfg in CONFIGS else chosen_cfg
     for g in GROUPS:
         m = groups == g
         if m.any():
-            curves[g] = {"weights": list(WEIGHTS), "count": int(m.sum()),
-                         "metric": [round(float(S[CONFIGS.index(final_cfg) if final_cfg in CONFIGS else 0, wi, m].mean()), 4)
+            curves[g] = {"weights": list(WEIGHTS), "count": int(m.sum()), "fusion": curve_cfg.name,
+                         "metric": [round(float(S[CONFIGS.index(curve_cfg), wi, m].mean()), 4)
                                     for wi in range(len(WEIGHTS))]}
     dist = {"answerable": sorted(round(conf[id(it)], 4) for it in items if it.q.answerable),
             "unanswerable": sorted(round(conf[id(it)], 4) for it in items if not it.q.answerable)}
@@ -287,8 +302,9 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     from .evaluate import EvalConfig, evaluate
 
     new = validate_contract(yaml_load_plain(calibrated_text(None, contract, result)), "the calibrated contract")
-    report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=sorted({k, 5, 10}), metrics=["ndcg", "mrr", "hit_rate"]),
-                      contract=new, embedder=embedder)
+    report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=sorted({k, 5, 10}),
+                                            metrics=sorted({base, "ndcg", "mrr", "hit_rate"})),
+                      contract=new, embedder=embedder, principal=principal, allow=allow)
     recorded = {n: v for n, v in report.metrics()["contract"].items() if v is not None}
     refusal = report.refusal()["contract"]
     result.verification = {"metrics": recorded, "refusal": refusal}
@@ -306,30 +322,31 @@ def _current_metric(it: _Question, contract, cfg: Config, objective: str, multil
     return it.metric(cfg, w_dense, objective)
 
 
+def _rule_weights(contract) -> dict[str, float]:
+    """Dense weight of the first rule for each type, as ``Contract.weights_for`` picks it."""
+    out: dict[str, float] = {}
+    for rule in contract.retrieve.rules:
+        if rule.when == "cjk" and contract.retrieve.model_multilingual:
+            continue
+        out.setdefault(rule.when, round(rule.weights.normalised()[0], 4))
+    return out
+
+
 def _current_fusion(contract) -> dict:
     f = contract.retrieve.fusion
     wd, _ = f.weights.normalised()
-    groups = {}
-    for rule in contract.retrieve.rules:
-        if rule.when in ("identifier", "cjk") and rule.when not in groups:
-            groups[rule.when] = round(rule.weights.normalised()[0], 4)
+    rules = _rule_weights(contract)
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,
-            "weights": {"dense": round(wd, 4), "bm25": round(1 - wd, 4)}, "group_weights": groups}
+            "weights": {"dense": round(rules.get("other", wd), 4), "bm25": round(1 - rules.get("other", wd), 4)},
+            "group_weights": {g: w for g, w in rules.items() if g != "other"}}
 
 
-def _proposal(contract, cfg: Config, wmap: dict[str, int], counts: dict, min_count: int) -> dict:
-    out = {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k,
-           "weights": {"dense": WEIGHTS[wmap["other"]], "bm25": round(1 - WEIGHTS[wmap["other"]], 1)},
-           "group_weights": {}}
-    for g in ("identifier", "cjk"):
-        if counts[g] >= min_count:
-            out["group_weights"][g] = WEIGHTS[wmap[g]]
-        else:  # keep the contract's own rule for a type without enough questions
-            for rule in contract.retrieve.rules:
-                if rule.when == g:
-                    out["group_weights"][g] = round(rule.weights.normalised()[0], 4)
-                    break
-    return out
+def _proposal(cfg: Config, wmap: dict[str, int], own: set[str], fixed: dict[str, float]) -> dict:
+    shared = WEIGHTS[wmap["other"]]
+    groups = {g: WEIGHTS[wmap[g]] for g in own}
+    groups.update(fixed)  # types without enough questions keep the contract's rule
+    return {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k,
+            "weights": {"dense": shared, "bm25": round(1 - shared, 1)}, "group_weights": groups}
 
 
 def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10000) -> float:
@@ -351,8 +368,8 @@ def _rates(ans: np.ndarray, unans: np.ndarray, t: float) -> tuple[float, float]:
     return fa, fr
 
 
-def _pick(ans: np.ndarray, unans: np.ndarray, max_fa, max_fr) -> tuple[float, float, float]:
-    """(refuse-below threshold, false answer rate, false refusal rate)."""
+def _pick(ans: np.ndarray, unans: np.ndarray, max_fa, max_fr) -> tuple[float, float, float, bool]:
+    """(refuse-below threshold, false answer rate, false refusal rate, target met)."""
     cands = sorted({0.0, *np.round(np.concatenate([ans, unans]), 4).tolist(), 1.0})
     # a threshold just above each observed value separates it; use midpoints between neighbours
     points = [round((a + b) / 2, 4) for a, b in zip(cands, cands[1:])] or [0.5]
@@ -362,45 +379,69 @@ def _pick(ans: np.ndarray, unans: np.ndarray, max_fa, max_fr) -> tuple[float, fl
         scored.append((t, fa, fr))
     if max_fa is not None:
         ok = [s for s in scored if s[1] <= max_fa]
-        return min(ok, key=lambda s: (s[2], s[0])) if ok else max(scored, key=lambda s: s[0])
+        return (*min(ok, key=lambda s: (s[2], s[0])), True) if ok else (*max(scored, key=lambda s: s[0]), False)
     if max_fr is not None:
         ok = [s for s in scored if s[2] <= max_fr]
-        return min(ok, key=lambda s: (s[1], -s[0])) if ok else min(scored, key=lambda s: s[0])
+        return (*min(ok, key=lambda s: (s[1], -s[0])), True) if ok else (*min(scored, key=lambda s: s[0]), False)
     # balanced accuracy = ((1 - fa) + (1 - fr)) / 2; ties: the lower threshold (fewer refusals)
-    return max(scored, key=lambda s: ((1 - s[1]) + (1 - s[2]), -s[0]))
+    return (*max(scored, key=lambda s: ((1 - s[1]) + (1 - s[2]), -s[0])), True)
 
 
-def _thresholds(items, conf, max_fa, max_fr, multilingual):
-    ans = np.array([conf[id(it)] for it in items if it.q.answerable])
-    unans = np.array([conf[id(it)] for it in items if not it.q.answerable])
+def _answer_threshold(low: float, unans: np.ndarray, share: float = 0.05) -> float:
+    """The lowest threshold at or above ``low`` that answers (without the notice) at most ``share``
+    of the unanswerable questions."""
+    if not len(unans):
+        return low
+    allowed = int(math.floor(share * len(unans) + 1e-9))
+    ordered = np.sort(unans)
+    if allowed >= len(ordered):
+        return low
+    t = float(ordered[len(ordered) - allowed - 1]) + 1e-4  # that one and all below it get the notice
+    return round(min(1.0, max(low, t)), 4)
+
+
+def _thresholds(items, conf, max_fa, max_fr):
     notes = []
+    all_ans = np.array([conf[id(it)] for it in items if it.q.answerable])
+    all_unans = np.array([conf[id(it)] for it in items if not it.q.answerable])
     table = []
-    for t in [round(x / 20, 2) for x in range(21)]:
-        fa, fr = _rates(ans, unans, t)
+    for t in sorted({round(x / 20, 2) for x in range(21)}):
+        fa, fr = _rates(all_ans, all_unans, t)
         table.append({"threshold": t, "false_answer": round(fa, 4), "false_refusal": round(fr, 4)})
-    if len(unans) < MIN_UNANSWERABLE:
-        notes.append(f"{len(unans)} unanswerable question(s), fewer than {MIN_UNANSWERABLE}: no refusal threshold is "
+    if len(all_unans) < MIN_UNANSWERABLE:
+        notes.append(f"{len(all_unans)} unanswerable question(s), fewer than {MIN_UNANSWERABLE}: no refusal threshold is "
                      "proposed. Add questions the knowledge base cannot answer, with \"relevant\": [], e.g. "
                      '{"id": "u1", "question": "How do I pay with PayPal?", "relevant": []}')
         return None, table, notes
 
-    def tier(a, u):
-        low, fa, fr = _pick(a, u, max_fa, max_fr)
-        answer = max(low, float(np.quantile(u, 0.95)) + 1e-4) if len(u) else low
-        answer = round(min(1.0, answer), 4)
-        return {"answer": answer, "low_confidence": round(low, 4), "false_answer": round(fa, 4),
+    def tier(a, u, name):
+        low, fa, fr, met = _pick(a, u, max_fa, max_fr)
+        if not met:
+            notes.append(f"{name}: the target cannot be met on these questions; the closest threshold is used "
+                         f"(false answers {fa:.0%}, false refusals {fr:.0%})")
+        return {"answer": _answer_threshold(low, u), "low_confidence": round(low, 4), "false_answer": round(fa, 4),
                 "false_refusal": round(fr, 4), "answerable": len(a), "unanswerable": len(u)}
 
-    out = {"default": tier(ans, unans), "tiers": {}}
-    for g in GROUPS:
+    tiers, in_tier = {}, set()
+    for g in ("identifier", "cjk"):
         a = np.array([conf[id(it)] for it in items if it.q.answerable and it.group == g])
         u = np.array([conf[id(it)] for it in items if not it.q.answerable and it.group == g])
-        if g != "other" and len(a) >= MIN_TIER and len(u) >= MIN_TIER:
-            out["tiers"][g] = tier(a, u)
-        elif g != "other" and (len(a) or len(u)):
+        if len(a) >= MIN_TIER and len(u) >= MIN_TIER:
+            tiers[g] = tier(a, u, g)
+            in_tier.add(g)
+        elif len(a) or len(u):
             notes.append(f"{g}: {len(a)} answerable / {len(u)} unanswerable question(s): fewer than {MIN_TIER} of "
                          "each, so no tier of its own (the default thresholds apply)")
-    return out, table, notes
+    rest = [it for it in items if it.group not in in_tier]
+    default = tier(np.array([conf[id(it)] for it in rest if it.q.answerable]),
+                   np.array([conf[id(it)] for it in rest if not it.q.answerable]), "default")
+    # rates over every question, each under the thresholds that will decide it
+    fa = [conf[id(it)] >= (tiers.get(it.group) or default)["low_confidence"] for it in items if not it.q.answerable]
+    fr = [conf[id(it)] < (tiers.get(it.group) or default)["low_confidence"] for it in items if it.q.answerable]
+    overall = {"false_answer": round(float(np.mean(fa)), 4) if fa else 0.0, "answerable": len(fr),
+               "false_refusal": round(float(np.mean(fr)), 4) if fr else 0.0, "unanswerable": len(fa)}
+    notes.append("threshold rates are in-sample: measured on the questions they were chosen on")
+    return {"default": default, "tiers": tiers, "overall": overall}, table, notes
 
 
 def _appendix(result: CalibrationResult, store, qs, source: str) -> dict:
