@@ -150,8 +150,11 @@ def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_p
     assert c.contract_version == 2 and c.calibration["question_set"]["sha256"]
     assert c.retrieve.fusion.weights.dense <= 0.2
     # CI: eval against the recorded numbers; a changed question set is warned about
-    r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02"])
+    r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02",
+                            "--out", str(tmp_path / "ev")])
     assert r.exit_code == 0, r.output
+    html = (tmp_path / "ev" / "report.html").read_text()
+    assert "<h2>Calibration (contract_version 2)</h2>" in html and "recorded at calibration" in html
     r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02",
                             "--set", "retrieve.fusion.weights={dense: 1.0, bm25: 0.0}"])
     assert r.exit_code == 3 and "recorded" in r.stderr

@@ -129,6 +129,9 @@ def eval_(
         if empty > len(report.results) / 2:
             err.print(f"[yellow]warning[/] {escape(mode)} returned nothing for {empty} of {len(report.results)} "
                       "questions: check --filter and that the store holds the documents", highlight=False)
+    if base is not None and base.calibration:
+        report.calibration = {"contract_version": base.contract_version, "appendix": base.calibration,
+                              "warnings": calibration_warnings(base, kb, qs)}
     gates_ok = check_gates(report, gates)
     if fail_under_recorded is not None:
         from ..evaluation.evaluate import recorded_gate

@@ -95,6 +95,7 @@ class EvalReport:
     source: str = ""
     gates: list[dict] = field(default_factory=list)
     baseline: dict | None = None
+    calibration: dict | None = None  # the contract's calibration appendix, and warnings, when it has one
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0).isoformat())
 
     # ---- aggregates ----------------------------------------------------------------------
@@ -179,6 +180,7 @@ class EvalReport:
             "lint": [str(i) for i in qs.issues],
             "gates": self.gates,
             "baseline": self.baseline,
+            "calibration": self.calibration,
             "per_question": [
                 {"id": r.question.id, "question": r.question.question, "tags": r.question.tags,
                  "answerable": r.question.answerable, "level": r.level,

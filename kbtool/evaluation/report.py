@@ -87,6 +87,7 @@ def render_html(data: dict) -> str:
         gates = "<h2>Gates</h2>" + _table(["gate", "required", "actual", "passed"],
                                            [[g["spec"], g["required"], g["actual"], g["passed"]] for g in data["gates"]])
     qs = data["question_set"]
+    calibration = _calibration(data.get("calibration"), data["metrics"].get("contract"))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kbtool eval: {escape(qs['name'])}</title>
 <style>
@@ -105,7 +106,40 @@ level {escape(data['config']['level'])}; {escape(data['created_at'])}; kbtool {e
 <h2>By tag</h2>{tags}
 <h2>Refusals</h2>{refusal}
 {gates}
+{calibration}
 <h2>Answerable questions with no relevant result in the top 5 ({escape(primary)})</h2>
 {_table(["id", "question", "tags", "first relevant rank", "top document"], misses)}
 </body></html>
 """
+
+
+def _calibration(cal: dict | None, now: dict | None) -> str:
+    """The contract's calibration: what it was tuned on, held-out results, thresholds and their
+    rates, and the recorded metrics beside this run's."""
+    if not cal:
+        return ""
+    app = cal.get("appendix") or {}
+    h = app.get("heldout") or {}
+    qs = app.get("question_set") or {}
+    parts = [f"<h2>Calibration (contract_version {escape(str(cal.get('contract_version')))})</h2>",
+             f"<p>Calibrated {escape(str(app.get('date')))} with kbtool {escape(str(app.get('kbtool_version')))} on "
+             f"<code>{escape(str(qs.get('path')))}</code> ({qs.get('questions')} questions), objective "
+             f"{escape(str(app.get('objective')))}, {app.get('folds')}-fold cross-validation, seed {app.get('seed')}; "
+             f"new fusion {'adopted' if app.get('adopted') else 'not adopted (kept the current one)'}.</p>"]
+    for w in cal.get("warnings") or []:
+        parts.append(f"<p><b>Warning:</b> {escape(w)}</p>")
+    if h:
+        parts.append(_table(["held-out " + str(app.get("objective")), "value"],
+                            [["chosen by cross-validation", h.get("chosen")], ["contract before", h.get("current")],
+                             [f"best single ({h.get('best_single_name')})", h.get("best_single")],
+                             ["p-value (paired sign-flip)", h.get("p_value")]]))
+    th = app.get("thresholds")
+    if th:
+        rows = [[name, t["answer"], t["low_confidence"], t["false_answer"], t["false_refusal"]]
+                for name, t in {"default": th["default"], **th.get("tiers", {})}.items()]
+        parts.append(_table(["tier", "answer", "refuse below", "false answers", "false refusals"], rows))
+    recorded = (app.get("recorded") or {}).get("metrics") or {}
+    if recorded:
+        parts.append(_table(["metric", "recorded at calibration", "this run (contract)"],
+                            [[m, v, (now or {}).get(m)] for m, v in recorded.items()]))
+    return "".join(parts)
