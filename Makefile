@@ -29,6 +29,7 @@ demo: install
 	$(BIN)/kbtool query "What does error code TW-E8123 mean?" --store $(DEMO_STORE)
 	$(BIN)/kbtool query "How long is the refund window in the EU?" --store $(DEMO_STORE) --context
 	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --modes bm25,dense,hybrid,contract --out $(DEMO_STORE)-eval
+	$(BIN)/kbtool calibrate eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)-calibration
 
 test: install
 	$(BIN)/python -m pytest
@@ -37,4 +38,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(DEMO_STORE) bench/out
+	rm -rf $(DEMO_STORE) $(DEMO_STORE)-eval $(DEMO_STORE)-calibration bench/out
