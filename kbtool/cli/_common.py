@@ -47,6 +47,20 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             err.print("Interrupted.")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            import os
+
+            # Typer's own usage errors (BadParameter and friends) keep their exit code 2.
+            if os.environ.get("KBTOOL_DEBUG") or type(exc).__module__.split(".")[0] in ("click", "typer"):
+                raise
+            from rich.markup import escape
+
+            # An unexpected failure is a bug: one line, and the way to the traceback.
+            err.print(f"[bold red]Internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc)[:300])} "
+                      "(run again with KBTOOL_DEBUG=1 for the traceback, and report it)", highlight=False)
+            raise typer.Exit(1) from None
 
     return wrapper
 

@@ -63,8 +63,14 @@ class Store:
     def __init__(self, path: Path, manifest: dict):
         self.path = path
         self.manifest = manifest
-        self.db = connect(path / "catalog.sqlite3")
-        migrate(self.db)
+        import sqlite3
+
+        try:
+            self.db = connect(path / "catalog.sqlite3")
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path / 'catalog.sqlite3'} is not a readable catalog ({exc}): the store is damaged; "
+                             "re-ingest into a new --store") from None
         self._collection = None
         self._bm25 = None
 
@@ -75,6 +81,10 @@ class Store:
         manifest_file = path / "manifest.json"
         if path.exists() and not path.is_dir():
             raise StoreError(f"{path} is a file, not a kbtool store: choose another --store")
+        if manifest_file.exists() and not (path / "catalog.sqlite3").exists():
+            # Never recreate an empty catalog under existing indexes: the next index would wipe them.
+            raise StoreError(f"{path} has a manifest but no catalog.sqlite3: the store is damaged "
+                             "(its documents cannot be recovered from the indexes); re-ingest into a new --store")
         if not manifest_file.exists():
             if not create:
                 raise StoreError(f"no kbtool store at {path}: run `kbtool ingest <folder>` first, or pass --store")
@@ -163,8 +173,16 @@ class Store:
         self.db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
 
     def is_indexed(self) -> bool:
+        """Whether both indexes hold the catalog's current state: the last sync finished at this
+        generation, BM25 records the same generation inside its own folder, and Chroma's folder is
+        there. A sync killed between the vector writes and the BM25 swap is never "current"."""
+        gen = self.generation()
         built_with = self.manifest.get("bm25_built_with", self._bm25_spec())
-        return self.manifest.get("indexed_generation") == self.generation() and built_with == self._bm25_spec()
+        bm25_dir = self.path / "bm25"
+        bm25_gen = BM25Index.state(bm25_dir).get("generation", self.manifest.get("indexed_generation"))
+        return (self.manifest.get("indexed_generation") == gen and built_with == self._bm25_spec()
+                and BM25Index.exists(bm25_dir) and bm25_gen == gen
+                and (gen == 0 or (self.path / "chroma").is_dir()))
 
     def require_indexed(self) -> None:
         if not self.is_indexed():
@@ -256,6 +274,13 @@ class Store:
             import chromadb
             from chromadb.config import Settings
 
+            if not (self.path / "chroma").is_dir():
+                # chromadb caches clients per path in the process: a folder deleted under it would
+                # still look full. Start from what is on disk.
+                from chromadb.api.client import SharedSystemClient
+
+                SharedSystemClient.clear_system_cache()
+
             self._client = chromadb.PersistentClient(
                 path=str(self.path / "chroma"), settings=Settings(anonymized_telemetry=False)
             )
@@ -332,14 +357,21 @@ class Store:
         spec = self._bm25_spec()
         # Stores from before this record existed were built with their manifest's settings.
         built_with = self.manifest.get("bm25_built_with", spec)
-        if rebuild or todo or to_delete or not BM25Index.exists(bm25_dir) or built_with != spec:
+        # BM25 is rebuilt whenever what it holds is not the catalog's chunk set: decided from its own
+        # record, never from Chroma (a sync killed after the vector writes left Chroma current).
+        digest = _digest(wanted, spec)
+        if (rebuild or todo or to_delete or not BM25Index.exists(bm25_dir) or built_with != spec
+                or BM25Index.state(bm25_dir).get("digest") != digest):
             analyzer = self.analyzer
             BM25Index.build(
                 bm25_dir, [r["chunk_id"] for r in rows],
                 [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], self.manifest["bm25"],
+                state={"generation": generation, "digest": digest},
             )
             self._bm25 = None
             report.bm25_rebuilt = True
+        elif BM25Index.state(bm25_dir).get("generation") != generation:
+            BM25Index.set_state(bm25_dir, {"generation": generation, "digest": digest})
         self.manifest["bm25_built_with"] = spec
 
         emb = self.manifest["embedding"]
@@ -515,6 +547,16 @@ def fingerprint(sha256: str, metadata: str, options: str) -> str:
     return f"{sha256}|{metadata}|{options}"
 
 
+def _digest(wanted: dict[str, str], spec: dict) -> str:
+    """Digest of a chunk set (ids and index hashes) and the BM25 settings."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
+    for cid in sorted(wanted):
+        h.update(f"{cid}\0{wanted[cid]}\n".encode())
+    return h.hexdigest()
+
+
 def _index_hash(content_hash: str, meta: str) -> str:
     import hashlib
 
@@ -528,6 +570,17 @@ def _model_id(model: str | None) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """Write to a uniquely named temporary file, fsync, rename: never a half-written manifest,
+    and two processes never share a temporary name."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -25,7 +25,10 @@ class BM25Index:
         return (path / "chunk_ids.json").exists()
 
     @classmethod
-    def build(cls, path: Path, chunk_ids: list[str], tokens: list[list[str]], params: dict) -> None:
+    def build(cls, path: Path, chunk_ids: list[str], tokens: list[list[str]], params: dict,
+              state: dict | None = None) -> None:
+        """Build into a fresh temporary folder, then swap it in; ``state`` (which catalog state it
+        holds) is written inside, so the index and its record change together."""
         import bm25s
 
         tmp = path.with_name(path.name + ".tmp")
@@ -36,6 +39,7 @@ class BM25Index:
             retriever.index(tokens, show_progress=False)
             retriever.save(str(tmp), show_progress=False)
         (tmp / "chunk_ids.json").write_text(json.dumps(chunk_ids))
+        (tmp / "state.json").write_text(json.dumps(state or {}))
         # Replace, never delete first: a crash leaves either the old or the new index in place.
         old = path.with_name(path.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
@@ -43,6 +47,28 @@ class BM25Index:
             path.rename(old)
         tmp.rename(path)
         shutil.rmtree(old, ignore_errors=True)
+
+    @staticmethod
+    def state(path: Path) -> dict:
+        """The catalog state the index on disk was built from ({} if unknown or missing)."""
+        try:
+            return json.loads((path / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    @staticmethod
+    def set_state(path: Path, state: dict) -> None:
+        """Record that the index on disk (unchanged) holds this catalog state: written to a unique
+        temporary file, fsynced and renamed over the old record."""
+        import os
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".state.", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(state))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path / "state.json")
 
     @classmethod
     def load(cls, path: Path) -> "BM25Index":

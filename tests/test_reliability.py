@@ -1,0 +1,129 @@
+"""Crashes between the vector writes and the BM25 swap, a failing BM25 build, damaged stores:
+the catalog stays the truth, status never claims a stale index is current, a plain `kbtool index`
+repairs. The crash is a real SIGKILL of a real kbtool process."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+from kbtool.errors import StoreError
+from kbtool.ingestion.pipeline import ingest
+from kbtool.query.retriever import Retriever
+from kbtool.store import Store
+from kbtool.store.bm25 import BM25Index
+
+from .conftest import write
+
+runner = CliRunner()
+
+KILL_AT_BM25_SWAP = """
+import os, signal, sys
+from kbtool.store import bm25
+def die(cls, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)  # after Chroma was written, before BM25 is swapped in
+bm25.BM25Index.build = classmethod(die)
+from kbtool.cli import main
+sys.argv = ["kbtool", "ingest", sys.argv[1], "--store", sys.argv[2], "-q"]
+main()
+"""
+
+
+def _store(tmp_path, embedder):
+    write(tmp_path / "d" / "keep.md", "# Keep\n\nThe word marmaladefox lives here.\n")
+    write(tmp_path / "d" / "gone.md", "# Gone\n\nThe word quokkatrain lives here.\n")
+    write(tmp_path / "d" / "other.md", "# Other\n\nNothing to see in this third file at all.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    return store
+
+
+def _change(tmp_path):
+    (tmp_path / "d" / "gone.md").unlink()
+    write(tmp_path / "d" / "new.md", "# New\n\nThe word zebracompass arrives here.\n")
+
+
+def _assert_consistent(path, embedder):
+    store = Store.open(path)
+    assert store.is_indexed()
+    r = Retriever(store, embedder)
+    assert [h.doc_id for h in r.search("zebracompass", mode="bm25")][:1] == ["new.md"]
+    assert r.search("quokkatrain", mode="bm25") == []  # no ghost in BM25
+    assert all(h.doc_id != "gone.md" for h in r.search("quokkatrain", mode="dense", top_k=10))  # nor in Chroma
+    assert {h.doc_id for h in r.search("word lives here", mode="bm25", top_k=10)} >= {"keep.md"}
+
+
+def test_sigkill_between_vectors_and_bm25_is_detected_and_repaired_by_plain_index(tmp_path, embedder):
+    store = _store(tmp_path, embedder)
+    _change(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", KILL_AT_BM25_SWAP, str(tmp_path / "d"), str(store.path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    after = Store.open(store.path)
+    assert not after.is_indexed()  # status must not claim current
+    r = runner.invoke(app, ["status", "--store", str(store.path), "--json"])
+    assert '"indexes_current": false' in r.stdout
+    r = runner.invoke(app, ["index", "--store", str(store.path), "-q", "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"bm25_rebuilt": true' in r.stdout and '"embedded": 0' in r.stdout  # nothing re-embedded
+    _assert_consistent(store.path, embedder)
+
+
+def test_failing_bm25_build_leaves_the_store_behind_not_wrong(tmp_path, embedder, monkeypatch):
+    store = _store(tmp_path, embedder)
+    _change(tmp_path)
+    real = BM25Index.build.__func__
+
+    def boom(cls, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(BM25Index, "build", classmethod(boom))
+    with pytest.raises(OSError):
+        ingest(store, [tmp_path / "d"], embedder=embedder)
+    assert not Store.open(store.path).is_indexed()
+    monkeypatch.setattr(BM25Index, "build", classmethod(real))
+    report = Store.open(store.path).sync_indexes(embedder)
+    assert report.bm25_rebuilt
+    _assert_consistent(store.path, embedder)
+
+
+def test_a_deleted_chroma_folder_or_catalog_is_detected_never_wiped(tmp_path, embedder):
+    store = _store(tmp_path, embedder)
+    store.close()
+    shutil.rmtree(tmp_path / "kb" / "chroma")
+    again = Store.open(tmp_path / "kb")
+    assert not again.is_indexed()
+    report = again.sync_indexes(embedder)  # a plain index restores the vectors from the cache
+    assert report.embedded == 0 and report.upserted == 3
+    assert again.is_indexed()
+    again.close()
+    os.remove(tmp_path / "kb" / "catalog.sqlite3")
+    with pytest.raises(StoreError, match="no catalog"):
+        Store.open(tmp_path / "kb")
+    r = runner.invoke(app, ["index", "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 1 and "damaged" in r.stderr
+    assert (tmp_path / "kb" / "chroma").is_dir() and not (tmp_path / "kb" / "catalog.sqlite3").exists()
+
+
+def test_damaged_files_and_unexpected_failures_are_one_line(tmp_path, embedder, monkeypatch):
+    store = _store(tmp_path, embedder)
+    store.close()
+    (tmp_path / "kb" / "catalog.sqlite3").write_bytes(b"this is not sqlite" * 100)
+    for f in ("catalog.sqlite3-wal", "catalog.sqlite3-shm"):
+        (tmp_path / "kb" / f).unlink(missing_ok=True)
+    r = runner.invoke(app, ["status", "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 1 and "damaged" in r.stderr and "Traceback" not in r.output
+    (tmp_path / "kb" / "manifest.json").write_text("{not json")
+    r = runner.invoke(app, ["query", "x", "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 1 and "damaged" in r.stderr and "Traceback" not in r.output
+    # a bug anywhere: one line naming the error and how to see the traceback
+    import kbtool.cli.status as status_cmd
+
+    monkeypatch.setattr(status_cmd, "open_store", lambda *a, **k: (_ for _ in ()).throw(ZeroDivisionError("boom")))
+    r = runner.invoke(app, ["status", "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 1 and "Internal error: ZeroDivisionError: boom" in r.stderr and "KBTOOL_DEBUG" in r.stderr
