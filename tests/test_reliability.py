@@ -127,3 +127,32 @@ def test_damaged_files_and_unexpected_failures_are_one_line(tmp_path, embedder, 
     monkeypatch.setattr(status_cmd, "open_store", lambda *a, **k: (_ for _ in ()).throw(ZeroDivisionError("boom")))
     r = runner.invoke(app, ["status", "--store", str(tmp_path / "kb")])
     assert r.exit_code == 1 and "Internal error: ZeroDivisionError: boom" in r.stderr and "KBTOOL_DEBUG" in r.stderr
+
+
+def test_unreadable_subfolder_is_reported_and_its_documents_stay(tmp_path, embedder, monkeypatch):
+    write(tmp_path / "d" / "top.md", "# Top\n\nTop level text about harbours.\n")
+    write(tmp_path / "d" / "locked" / "inner.md", "# Inner\n\nThe word velvetanchor is inside.\n")
+    write(tmp_path / "d" / "locked" / "deeper" / "deep.md", "# Deep\n\nDeeper text about lighthouses.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    real_scandir = os.scandir
+    locked = str(tmp_path / "d" / "locked")
+
+    def scandir(path="."):  # tests run as root, where chmod 000 does not stop reading
+        if str(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report = ingest(store, [tmp_path / "d"], embedder=embedder)
+    assert report.removed == []
+    assert any(s["path"] == "locked/" and "unreadable" in s["reason"] for s in report.skipped)
+    assert set(store.document_ids()) == {"top.md", "locked/inner.md", "locked/deeper/deep.md"}
+    assert Retriever(store, embedder).search("velvetanchor", mode="bm25")[0].doc_id == "locked/inner.md"
+
+
+def test_a_missing_path_is_refused_before_anything_is_written(tmp_path, embedder):
+    write(tmp_path / "good" / "a.md", "# A\n\nalpha beta gamma.\n")
+    r = runner.invoke(app, ["ingest", str(tmp_path / "good"), str(tmp_path / "nope"), "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 2 and "nope" in r.stderr
+    assert not (tmp_path / "kb" / "catalog.sqlite3").exists() or Store.open(tmp_path / "kb").document_ids() == []

@@ -62,10 +62,21 @@ def _selected(rel: str, include: list[str], exclude: list[str]) -> bool:
         fnmatch.fnmatch(rel, p) for p in exclude)
 
 
-def discover(walk: Path, base: Path, include: list[str], exclude: list[str], skipped: list[dict]) -> Iterator[_Source]:
+def discover(walk: Path, base: Path, include: list[str], exclude: list[str], skipped: list[dict],
+             unreadable: list[str] | None = None) -> Iterator[_Source]:
     """Regular files under ``walk`` (resolved), sorted, with ids relative to ``base``; hidden entries
-    skipped; a symlink is read only if it resolves to a regular file inside ``walk``."""
-    for dirpath, dirnames, filenames in os.walk(walk, followlinks=False):
+    skipped; a symlink is read only if it resolves to a regular file inside ``walk``. A folder that
+    cannot be read is reported in ``skipped`` and its id prefix added to ``unreadable``, so its
+    documents are kept, not taken for removed."""
+
+    def onerror(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else walk
+        rel = where.relative_to(base).as_posix() if where.is_relative_to(base) else str(where)
+        skipped.append({"path": rel + "/", "reason": f"unreadable folder ({exc.strerror or exc}): its documents are kept"})
+        if unreadable is not None:
+            unreadable.append("" if rel == "." else rel + "/")
+
+    for dirpath, dirnames, filenames in os.walk(walk, followlinks=False, onerror=onerror):
         for d in dirnames:
             if not d.startswith(".") and (Path(dirpath) / d).is_symlink():
                 rel = (Path(dirpath) / d).relative_to(base).as_posix()
@@ -149,10 +160,11 @@ def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None 
     report = IngestReport()
     meta_json = json.dumps(options.metadata, sort_keys=True)
     opts_json = json.dumps({"encoding": options.encoding} if options.encoding else {}, sort_keys=True)
+    for raw in paths:  # every path is checked before anything is written
+        if not Path(raw).exists():
+            raise UsageError(f"{raw}: no such file or folder")
     for raw in paths:
         path = Path(raw)
-        if not path.exists():
-            raise UsageError(f"{raw}: no such file or folder")
         known = store.document_hashes()
         gone: list[str] = []
         if options.format == "beir":
@@ -170,12 +182,14 @@ def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None 
                     sources = []
             else:
                 base = base or real
-                sources = list(discover(real, base, options.include, options.exclude, report.skipped))
+                unreadable: list[str] = []
+                sources = list(discover(real, base, options.include, options.exclude, report.skipped, unreadable))
                 prefix = "" if real == base else real.relative_to(base).as_posix() + "/"
                 gone = [d for d, (r, _) in known.items()
-                        if (r == str(base) and d.startswith(prefix)
-                            and _selected(d[len(prefix):], options.include, options.exclude))
-                        or (r != str(base) and Path(r).is_relative_to(real))]  # an old nested root
+                        if ((r == str(base) and d.startswith(prefix)
+                             and _selected(d[len(prefix):], options.include, options.exclude))
+                            or (r != str(base) and Path(r).is_relative_to(real)))  # an old nested root
+                        and not any(d.startswith(u) for u in unreadable)]
             root = str(base)
         seen = set()
         if progress:
