@@ -156,3 +156,45 @@ def test_a_missing_path_is_refused_before_anything_is_written(tmp_path, embedder
     r = runner.invoke(app, ["ingest", str(tmp_path / "good"), str(tmp_path / "nope"), "--store", str(tmp_path / "kb")])
     assert r.exit_code == 2 and "nope" in r.stderr
     assert not (tmp_path / "kb" / "catalog.sqlite3").exists() or Store.open(tmp_path / "kb").document_ids() == []
+
+
+CONCURRENT = """
+import sys
+from kbtool.cli import main
+sys.argv = ["kbtool"] + sys.argv[1:]
+main()
+"""
+
+
+def test_two_concurrent_writers_one_waits_and_both_finish(tmp_path, embedder):
+    for i in range(6):
+        write(tmp_path / "a" / f"a{i}.md", f"# A{i}\n\nThe alpha document number {i} mentions lanternfish{i}.\n")
+        write(tmp_path / "b" / f"b{i}.md", f"# B{i}\n\nThe beta document number {i} mentions driftwood{i}.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    store.close()
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, "ingest", str(tmp_path / d), "--store",
+                               str(tmp_path / "kb")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for d in ("a", "b")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    # (whether the second one had to wait depends on timing; the deterministic case is the next test)
+    kb = Store.open(tmp_path / "kb")
+    assert kb.is_indexed() and len(kb.document_ids()) == 12
+    bm25_ids = set(kb.bm25().chunk_ids)
+    chroma_ids = set(kb.collection().get(include=[])["ids"])
+    catalog_ids = {cid for cid, _, _ in kb.chunk_metadata()}
+    assert bm25_ids == chroma_ids == catalog_ids and len(catalog_ids) == 12
+    r = Retriever(kb, embedder)
+    assert r.search("lanternfish3", mode="bm25")[0].doc_id == "a3.md"
+    assert r.search("driftwood5", mode="bm25")[0].doc_id == "b5.md"
+
+
+def test_a_writer_that_cannot_wait_fails_cleanly_naming_the_holder(tmp_path):
+    from filelock import FileLock
+
+    write(tmp_path / "d" / "a.md", "# A\n\nalpha.\n")
+    Store.open(tmp_path / "kb", create=True).close()
+    (tmp_path / "kb" / "writer.json").write_text('{"pid": 4242, "since": "2026-12-01T00:00:00+00:00"}')
+    with FileLock(str(tmp_path / "kb" / "writer.lock")):
+        r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", str(tmp_path / "kb"), "--wait", "0.5"])
+    assert r.exit_code == 1 and "pid 4242" in r.stderr and "--wait" in r.stderr

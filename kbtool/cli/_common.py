@@ -129,3 +129,21 @@ StemmerOpt = Annotated[
     Optional[str],
     typer.Option("--stemmer", help="BM25 stemmer for Latin words: english (Snowball; any PyStemmer language) or none [default: the store's; new stores: none]. A change rebuilds BM25 only."),
 ]
+
+
+WaitOpt = Annotated[
+    float,
+    typer.Option("--wait", min=0, help="Seconds to wait for another kbtool process writing to the store before giving up."),
+]
+
+
+def writer_settings(kb, wait: float, quiet: bool = False) -> None:
+    """How this command waits for another writer: up to ``wait`` seconds, saying so on stderr."""
+    kb.lock_wait = wait
+
+    def tell(holder: dict) -> None:
+        if not quiet:
+            who = f"pid {holder.get('pid')}" if holder else "another process"
+            err.print(f"waiting up to {wait:g} s for {who}, which is writing to {kb.path}", highlight=False, markup=False)
+
+    kb.on_wait = tell

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import app
-from ._common import JsonOpt, QuietOpt, StoreOpt, handle_errors, open_store, out, print_json, progress_bars
+from ._common import JsonOpt, QuietOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -16,6 +16,7 @@ def chunk(
     hard_max: Annotated[int, typer.Option("--hard-max", help="Tables and code blocks up to this many tokens stay whole (0 = 2 x size).")] = 0,
     prefix: Annotated[bool, typer.Option("--prefix/--no-prefix", help="Prefix title and section path to the indexed text.")] = True,
     all_: Annotated[bool, typer.Option("--all", help="Re-chunk every document even if its parameters are unchanged.")] = False,
+    wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -25,6 +26,7 @@ def chunk(
     from ..ingestion.pipeline import chunk as run_chunk
 
     kb = open_store(store)
+    writer_settings(kb, wait, quiet)
     with progress_bars(quiet) as progress:
         n = run_chunk(kb, ChunkParams(size, overlap, hard_max, prefix), all_documents=all_, progress=progress)
     result = {"chunks_written": n, "chunking": kb.manifest["chunking"], "indexes_current": kb.is_indexed()}

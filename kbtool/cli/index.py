@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from ._common import JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, handle_errors, open_store, out, print_json, progress_bars
+from ._common import JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -14,6 +14,7 @@ def index(
     model: ModelOpt = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model).")] = False,
     stemmer: StemmerOpt = None,
+    wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -23,6 +24,7 @@ def index(
     from ..ingestion.pipeline import index as run_index
 
     kb = open_store(store)
+    writer_settings(kb, wait, quiet)
     if not rebuild:
         kb.check_model(model)
     if stemmer is not None:

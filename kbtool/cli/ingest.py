@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import (JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -25,6 +25,7 @@ def ingest(
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
     model: ModelOpt = None,
     stemmer: StemmerOpt = None,
+    wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -47,6 +48,7 @@ def ingest(
 
         _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
     kb = open_store(store, create=True, model=model)
+    writer_settings(kb, wait, quiet)
     kb.check_model(model)
     if stemmer is not None:
         kb.set_stemmer(stemmer)

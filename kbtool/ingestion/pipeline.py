@@ -150,6 +150,17 @@ def _validate(options: IngestOptions) -> None:
 
 def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None = None, *, embedder=None,
            chunk_params: ChunkParams | None = None, progress: Progress | None = None) -> IngestReport:
+    """Bring the store in line with the given files or folders, holding the store's writer lock;
+    see ``_ingest``."""
+    for raw in paths:  # every path is checked before anything is written, or any lock is waited for
+        if not Path(raw).exists():
+            raise UsageError(f"{raw}: no such file or folder")
+    with store.writing():
+        return _ingest(store, paths, options, embedder=embedder, chunk_params=chunk_params, progress=progress)
+
+
+def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None = None, *, embedder=None,
+            chunk_params: ChunkParams | None = None, progress: Progress | None = None) -> IngestReport:
     """Bring the store in line with the given files or folders; see IngestOptions.
 
     A folder is mirrored: documents whose files are gone leave the store. A path inside a folder
@@ -268,6 +279,11 @@ def chunk(store: Store, params: ChunkParams | None = None, *, embedder=None, all
 
     Without ``params`` the store's own chunking parameters are used (defaults for a new store).
     """
+    with store.writing():
+        return _chunk(store, params, embedder=embedder, all_documents=all_documents, progress=progress)
+
+
+def _chunk(store: Store, params: ChunkParams | None, *, embedder, all_documents: bool, progress) -> int:
     embedder = embedder or _embedder_for(store)
     if params is None:
         params = ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else ChunkParams()
@@ -283,9 +299,10 @@ def chunk(store: Store, params: ChunkParams | None = None, *, embedder=None, all
 def index(store: Store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None) -> IndexReport:
     """Chunk documents that have no chunks yet (e.g. after --parse-only), then sync both indexes."""
     embedder = embedder or _embedder_for(store)
-    if store.documents_to_chunk():
-        chunk(store, embedder=embedder, progress=progress)
-    return store.sync_indexes(embedder, progress=progress, rebuild=rebuild)
+    with store.writing():
+        if store.documents_to_chunk():
+            chunk(store, embedder=embedder, progress=progress)
+        return store.sync_indexes(embedder, progress=progress, rebuild=rebuild)
 
 
 def _embedder_for(store: Store):

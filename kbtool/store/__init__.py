@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,6 +74,9 @@ class Store:
                              "re-ingest into a new --store") from None
         self._collection = None
         self._bm25 = None
+        self._writer = None
+        self.lock_wait: float = 300.0  # seconds a writer waits for another one
+        self.on_wait: Callable[[dict], None] | None = None  # told who holds the lock, before waiting
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -124,6 +128,52 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    # ---- one writer at a time ------------------------------------------------------------
+    @contextmanager
+    def writing(self):
+        """Hold the store's writer lock (re-entrant within this Store). A second writer waits up to
+        ``lock_wait`` seconds, then fails with StoreError naming the holder. On entry the manifest
+        is re-read: another process may have changed the store meanwhile."""
+        from filelock import FileLock, Timeout
+
+        if self._writer is None:
+            self._writer = FileLock(str(self.path / "writer.lock"))
+        first = not self._writer.is_locked
+        if first:
+            try:
+                self._writer.acquire(timeout=0)
+            except Timeout:
+                holder = self._holder()
+                if self.on_wait:
+                    self.on_wait(holder)
+                try:
+                    self._writer.acquire(timeout=self.lock_wait)
+                except Timeout:
+                    raise StoreError(
+                        f"another kbtool process is writing to {self.path} ({_describe(holder)}): "
+                        "wait for it to finish, or pass --wait SECONDS") from None
+            _write_json(self.path / "writer.json", {"pid": os.getpid(), "since": now_iso()})
+            self._reload()
+        else:
+            self._writer.acquire()
+        try:
+            yield self
+        finally:
+            self._writer.release()
+
+    def _holder(self) -> dict:
+        try:
+            return json.loads((self.path / "writer.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _reload(self) -> None:
+        try:
+            self.manifest = json.loads((self.path / "manifest.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self.path / 'manifest.json'} is unreadable ({exc}): the store is damaged") from exc
+        self._bm25 = None
+
     def save_manifest(self) -> None:
         self.manifest["kbtool_version"] = __version__
         _write_json(self.path / "manifest.json", self.manifest)
@@ -150,13 +200,14 @@ class Store:
 
         name = None if name in (None, "", "none") else name
         _stemmer(name)  # unknown names fail here, before anything is written
-        if self.manifest["analyzer"].get("stemmer") == name:
-            return False
-        if BM25Index.exists(self.path / "bm25"):
-            self.manifest.setdefault("bm25_built_with", self._bm25_spec())
-        self.manifest["analyzer"] = {**self.manifest["analyzer"], "stemmer": name}
-        self.save_manifest()
-        return True
+        with self.writing():
+            if self.manifest["analyzer"].get("stemmer") == name:
+                return False
+            if BM25Index.exists(self.path / "bm25"):
+                self.manifest.setdefault("bm25_built_with", self._bm25_spec())
+            self.manifest["analyzer"] = {**self.manifest["analyzer"], "stemmer": name}
+            self.save_manifest()
+            return True
 
     def _bm25_spec(self) -> dict:
         return {"analyzer": AnalyzerConfig.from_dict(self.manifest["analyzer"]).to_dict(), "bm25": self.manifest["bm25"]}
@@ -545,6 +596,12 @@ def check_metadata_keys(metadata: dict) -> None:
 
 def fingerprint(sha256: str, metadata: str, options: str) -> str:
     return f"{sha256}|{metadata}|{options}"
+
+
+def _describe(holder: dict) -> str:
+    if not holder:
+        return "holder unknown"
+    return f"pid {holder.get('pid')}, writing since {holder.get('since')}"
 
 
 def _digest(wanted: dict[str, str], spec: dict) -> str:
