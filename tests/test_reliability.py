@@ -198,3 +198,19 @@ def test_a_writer_that_cannot_wait_fails_cleanly_naming_the_holder(tmp_path):
     with FileLock(str(tmp_path / "kb" / "writer.lock")):
         r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", str(tmp_path / "kb"), "--wait", "0.5"])
     assert r.exit_code == 1 and "pid 4242" in r.stderr and "--wait" in r.stderr
+
+
+def test_queries_are_served_while_another_process_writes(tmp_path, embedder):
+    from filelock import FileLock
+
+    store = _store(tmp_path, embedder)
+    with store._tx():
+        store._bump()  # the catalog moved on (as mid-ingest) and the indexes have not caught up
+    assert not store.is_indexed()
+    with pytest.raises(StoreError, match="kbtool index"):
+        Retriever(store, embedder)  # nobody is writing: a real "behind", reported
+    with FileLock(str(tmp_path / "kb" / "writer.lock")):  # another process is writing
+        hits = Retriever(Store.open(tmp_path / "kb"), embedder).search("marmaladefox", mode="bm25")
+        assert hits[0].doc_id == "keep.md"
+        r = runner.invoke(app, ["query", "marmaladefox", "--store", str(tmp_path / "kb"), "--json"])
+        assert r.exit_code == 0, r.output

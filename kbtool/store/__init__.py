@@ -235,8 +235,25 @@ class Store:
                 and BM25Index.exists(bm25_dir) and bm25_gen == gen
                 and (gen == 0 or (self.path / "chroma").is_dir()))
 
+    def writer_active(self) -> bool:
+        """Whether another process holds the writer lock right now."""
+        from filelock import FileLock, Timeout
+
+        if self._writer is not None and self._writer.is_locked:
+            return False  # this Store is the writer
+        probe = FileLock(str(self.path / "writer.lock"))
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return True
+        probe.release()
+        return False
+
     def require_indexed(self) -> None:
-        if not self.is_indexed():
+        """Readers are served while another process writes: they answer from the indexes as they
+        are, and the pipeline drops any hit the catalog no longer holds (never a ghost). Only a
+        store left behind with no writer at work is an error."""
+        if not self.is_indexed() and not self.writer_active():
             raise StoreError(f"the indexes of {self.path} are behind its catalog: run `kbtool index`")
 
     # ---- documents -----------------------------------------------------------------------
@@ -343,7 +360,12 @@ class Store:
 
     def bm25(self) -> "BM25Index":
         if self._bm25 is None:
-            self._bm25 = BM25Index.load(self.path / "bm25")
+            try:
+                self._bm25 = BM25Index.load(self.path / "bm25")
+            except StoreError:
+                # a writer swaps bm25/ by two renames: a reader can fall between them
+                time.sleep(0.2)
+                self._bm25 = BM25Index.load(self.path / "bm25")
         return self._bm25
 
     def sync_indexes(self, embedder, progress: Callable[[str, int, int], None] | None = None,
