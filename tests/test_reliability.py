@@ -214,3 +214,39 @@ def test_queries_are_served_while_another_process_writes(tmp_path, embedder):
         assert hits[0].doc_id == "keep.md"
         r = runner.invoke(app, ["query", "marmaladefox", "--store", str(tmp_path / "kb"), "--json"])
         assert r.exit_code == 0, r.output
+
+
+def test_interrupted_embedding_keeps_the_batches_already_paid_for(tmp_path, embedder, monkeypatch):
+    import kbtool.store as store_mod
+
+    monkeypatch.setattr(store_mod, "_EMBED_COMMIT", 2)
+    for i in range(6):
+        write(tmp_path / "d" / f"n{i}.md", f"# N{i}\n\nDocument {i} mentions thistlecrab{i}.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    calls = {"n": 0}
+    real = embedder.embed
+
+    def flaky(texts, progress=None):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the third batch
+        return real(texts, progress=progress)
+
+    monkeypatch.setattr(embedder, "embed", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(store, [tmp_path / "d"], embedder=embedder)
+    monkeypatch.setattr(embedder, "embed", real)
+    report = Store.open(tmp_path / "kb").sync_indexes(embedder)
+    assert report.from_cache == 4 and report.embedded == 2  # two batches were kept
+
+
+def test_escape_sequences_in_documents_never_reach_the_terminal_raw(tmp_path, embedder):
+    write(tmp_path / "d" / "evil.md", "# Evil\n\nThe word gremlinbeacon \x1b[2J\x1b]0;pwned\x07 hides a screen clear.\n")
+    write(tmp_path / "d" / "ok.md", "# Fine\n\nA harmless second document.\n")
+    write(tmp_path / "d" / "ok2.md", "# Fine too\n\nA harmless third document.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    r = runner.invoke(app, ["query", "gremlinbeacon", "--store", str(store.path), "-m", "bm25",
+                            "--set", "decide.thresholds={answer: 0, low_confidence: 0}", "--set", "decide.tiers={}"])
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\\x1b" in r.stdout

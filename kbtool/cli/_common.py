@@ -147,3 +147,11 @@ def writer_settings(kb, wait: float, quiet: bool = False) -> None:
             err.print(f"waiting up to {wait:g} s for {who}, which is writing to {kb.path}", highlight=False, markup=False)
 
     kb.on_wait = tell
+
+
+_CONTROL = __import__("re").compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """Control characters (an ESC sequence in a document could clear the screen) shown as \\xNN."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

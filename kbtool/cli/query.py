@@ -6,7 +6,7 @@ import typer
 
 from . import app
 from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, err, handle_errors, load_contract_opt,
-                      open_store, out, print_json)
+                      open_store, out, print_json, visible)
 
 
 @app.command()
@@ -45,7 +45,7 @@ def query(
         print_json(ans.to_dict())
         return
     if context:
-        out.file.write(ans.context)
+        out.file.write(visible(ans.context) if out.is_terminal else ans.context)
         return
     _render(ans, mode)
 
@@ -58,31 +58,31 @@ def _render(ans, mode: str) -> None:
     ex = ans.explanation
     colour = {"answer": "green", "low_confidence": "yellow", "refuse": "red"}[ans.decision]
     line = Text(f"{ans.decision}", style=f"bold {colour}")
-    line.append(f"  {ex.get('message', '')}", style="")
+    line.append(f"  {visible(ex.get('message', ''))}", style="")
     if ans.decision == "refuse":
         out.print(line, highlight=False)
         for term in ex.get("missing_terms", [])[:8]:
-            out.print(f"  no chunk contains {term!r}", highlight=False, markup=False)
+            out.print(f"  no chunk contains {visible(repr(term))}", highlight=False, markup=False)
         for s in ex.get("suggestions", []):
-            out.print(f"  suggestion: {s}", highlight=False, markup=False)
+            out.print(f"  suggestion: {visible(s)}", highlight=False, markup=False)
         return
     if not ans.hits:
         err.print(f"No results for {ans.question!r}.", highlight=False, markup=False)
         return
     w = ans.weights
-    table = Table(title=escape(f"{mode} ({', '.join(ans.processed.types)}; dense {w['dense']:.2f} / bm25 {w['bm25']:.2f}): {ans.question}"),
+    table = Table(title=escape(visible(f"{mode} ({', '.join(ans.processed.types)}; dense {w['dense']:.2f} / bm25 {w['bm25']:.2f}): {ans.question}")),
                   title_justify="left", expand=True, show_lines=True)
     table.add_column("#", justify="right", width=2)
     table.add_column("conf", min_width=5, no_wrap=True)
     table.add_column("source · section · page", ratio=2, overflow="fold")
     table.add_column("snippet", ratio=3)
     for h in ans.hits:
-        source = Text(h.doc_id, style="bold")
+        source = Text(visible(h.doc_id), style="bold")
         if h.section_path:
-            source.append(f"\n{h.section_path}", style="cyan")
+            source.append(f"\n{visible(h.section_path)}", style="cyan")
         if h.page:
             source.append(f"\np. {h.page}", style="dim")
-        snippet = " ".join(h.text.split())
+        snippet = visible(" ".join(h.text.split()))
         table.add_row(str(h.rank), f"{h.confidence:.2f}", source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
     out.print(table)
     out.print(line, highlight=False)

@@ -33,6 +33,7 @@ HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 128, "max_neighb
 BM25_PARAMS = {"method": "robertson", "k1": 1.2, "b": 0.75}
 RESERVED_META = {"doc_id", "filetype", "dir", "page", "index_hash"}
 _CHROMA_BATCH = 5000
+_EMBED_COMMIT = 256  # vectors per embedding-cache commit
 
 Progress = Callable[[int], None]
 
@@ -405,14 +406,17 @@ class Store:
             cb = (lambda n: progress("embedding", n, total)) if progress else None
             if progress:
                 progress("embedding", 0, total)  # show the bar while the model loads
-            fresh = embedder.embed([missing[h] for h in hashes], progress=cb)
-            with self._tx():
-                self.db.executemany(
-                    "INSERT OR REPLACE INTO embeddings (model, content_hash, vector) VALUES (?,?,?)",
-                    [(embedder.model_id, h, fresh[i].astype(np.float32).tobytes()) for i, h in enumerate(hashes)],
-                )
-            vectors.update({h: fresh[i] for i, h in enumerate(hashes)})
-            report.embedded = len(hashes)
+            # Committed batch by batch: an interrupted run keeps the vectors it paid for.
+            for start in range(0, total, _EMBED_COMMIT):
+                part = hashes[start : start + _EMBED_COMMIT]
+                fresh = embedder.embed([missing[h] for h in part], progress=cb)
+                with self._tx():
+                    self.db.executemany(
+                        "INSERT OR REPLACE INTO embeddings (model, content_hash, vector) VALUES (?,?,?)",
+                        [(embedder.model_id, h, fresh[i].astype(np.float32).tobytes()) for i, h in enumerate(part)],
+                    )
+                vectors.update({h: fresh[i] for i, h in enumerate(part)})
+                report.embedded += len(part)
 
         for start in range(0, len(to_delete), _CHROMA_BATCH):
             col.delete(ids=to_delete[start : start + _CHROMA_BATCH])
