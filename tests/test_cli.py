@@ -14,7 +14,7 @@ from kbtool.cli import app
 from .conftest import ROOT, write
 
 runner = CliRunner()
-COMMANDS = ["ingest", "chunk", "index", "query", "status", "eval"]
+COMMANDS = ["ingest", "chunk", "index", "query", "status", "eval", "calibrate", "doctor"]
 
 
 @pytest.fixture

@@ -87,8 +87,13 @@ def test_failing_bm25_build_leaves_the_store_behind_not_wrong(tmp_path, embedder
         ingest(store, [tmp_path / "d"], embedder=embedder)
     assert not Store.open(store.path).is_indexed()
     monkeypatch.setattr(BM25Index, "build", classmethod(real))
-    report = Store.open(store.path).sync_indexes(embedder)
-    assert report.bm25_rebuilt
+    r = runner.invoke(app, ["doctor", "--store", str(store.path), "--json"])
+    data = __import__("json").loads(r.stdout)
+    assert r.exit_code == 1 and not data["ok"]
+    bad = {f["check"] for f in data["findings"] if not f["ok"]}
+    assert "bm25" in bad and "status" in bad and "vectors" not in bad  # Chroma was written, BM25 was not
+    r = runner.invoke(app, ["doctor", "--store", str(store.path), "--repair", "--json"])
+    assert r.exit_code == 0 and __import__("json").loads(r.stdout)["repaired"]["bm25_rebuilt"]
     _assert_consistent(store.path, embedder)
 
 
@@ -98,6 +103,8 @@ def test_a_deleted_chroma_folder_or_catalog_is_detected_never_wiped(tmp_path, em
     shutil.rmtree(tmp_path / "kb" / "chroma")
     again = Store.open(tmp_path / "kb")
     assert not again.is_indexed()
+    r = runner.invoke(app, ["doctor", "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 1 and "chroma/ is missing" in r.stdout
     report = again.sync_indexes(embedder)  # a plain index restores the vectors from the cache
     assert report.embedded == 0 and report.upserted == 3
     assert again.is_indexed()
