@@ -257,3 +257,16 @@ def test_escape_sequences_in_documents_never_reach_the_terminal_raw(tmp_path, em
                             "--set", "decide.thresholds={answer: 0, low_confidence: 0}", "--set", "decide.tiers={}"])
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\\x1b" in r.stdout
+
+
+def test_a_non_utf8_file_name_is_reported_and_the_rest_is_ingested(tmp_path, embedder):
+    write(tmp_path / "d" / "good.md", "# Good\n\nThe word kestrelpoint is here.\n")
+    write(tmp_path / "d" / "good2.md", "# Good two\n\nAnother readable document.\n")
+    bad = os.path.join(os.fsencode(tmp_path / "d"), b"caf\xe9-latin1.md")
+    with open(bad, "wb") as fh:
+        fh.write(b"# Bad name\n\nContent is fine, the name is not.\n")
+    r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", str(tmp_path / "kb"), "--json"])
+    assert r.exit_code == 0, r.output
+    data = __import__("json").loads(r.stdout)
+    assert any("not valid UTF-8" in s["reason"] and "caf\\xe9" in s["path"] for s in data["skipped"])
+    assert sorted(Store.open(tmp_path / "kb").document_ids()) == ["good.md", "good2.md"]

@@ -86,6 +86,12 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
             if name.startswith("."):
                 continue
             full = Path(dirpath) / name
+            try:
+                str(full).encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8 in the name
+                shown = os.fsencode(full.relative_to(base)).decode("utf-8", "backslashreplace")
+                skipped.append({"path": shown, "reason": "file name is not valid UTF-8: rename the file to ingest it"})
+                continue
             rel = full.relative_to(walk).as_posix()
             if not _selected(rel, include, exclude):
                 continue
