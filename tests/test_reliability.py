@@ -270,3 +270,33 @@ def test_a_non_utf8_file_name_is_reported_and_the_rest_is_ingested(tmp_path, emb
     data = __import__("json").loads(r.stdout)
     assert any("not valid UTF-8" in s["reason"] and "caf\\xe9" in s["path"] for s in data["skipped"])
     assert sorted(Store.open(tmp_path / "kb").document_ids()) == ["good.md", "good2.md"]
+
+
+def test_an_interrupted_chunk_is_completed_by_index_never_mixed(tmp_path, embedder, monkeypatch):
+    import kbtool.store as store_mod
+    from kbtool.chunk import ChunkParams
+    from kbtool.ingestion.pipeline import chunk, index
+
+    for i in range(4):
+        write(tmp_path / "d" / f"c{i}.md", f"# C{i}\n\n" + " ".join(f"word{j}" for j in range(300)) + "\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    real = store_mod.chunk_blocks
+    calls = {"n": 0}
+
+    def dies(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_mod, "chunk_blocks", dies)
+    with pytest.raises(KeyboardInterrupt):
+        chunk(store, ChunkParams(size=64, overlap=8), embedder=embedder, all_documents=True)
+    monkeypatch.setattr(store_mod, "chunk_blocks", real)
+    assert not Store.open(store.path).is_indexed()
+    index(Store.open(store.path), embedder=embedder)
+    kb = Store.open(store.path)
+    assert kb.is_indexed() and kb.documents_to_chunk(ChunkParams(**kb.manifest["chunking"])) == []
+    assert kb.manifest["chunking"]["size"] == 64
+    assert max(kb.status()["chunk_tokens_max"], 0) <= 64 * 2  # no document kept its old, larger chunks

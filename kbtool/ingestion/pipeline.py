@@ -306,8 +306,11 @@ def index(store: Store, *, embedder=None, rebuild: bool = False, progress: Progr
     """Chunk documents that have no chunks yet (e.g. after --parse-only), then sync both indexes."""
     embedder = embedder or _embedder_for(store)
     with store.writing():
-        if store.documents_to_chunk():
-            chunk(store, embedder=embedder, progress=progress)
+        # The store's chunking parameters: documents never chunked, or left by an interrupted
+        # `kbtool chunk` with other parameters, are (re)chunked first — never mixed sizes.
+        params = ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else None
+        if store.documents_to_chunk(params):
+            chunk(store, params, embedder=embedder, progress=progress)
         return store.sync_indexes(embedder, progress=progress, rebuild=rebuild)
 
 

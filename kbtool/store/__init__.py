@@ -300,8 +300,12 @@ class Store:
 
     def chunk_documents(self, doc_ids: list[str], params: ChunkParams, count: Callable[[str], int],
                         progress: Progress | None = None) -> int:
-        """(Re)chunk documents from their stored blocks; no file is parsed again."""
+        """(Re)chunk documents from their stored blocks; no file is parsed again. The parameters are
+        recorded first, so an interrupted run is completed by the next `index` with the same ones."""
         key = json.dumps(params.to_dict(), sort_keys=True)
+        if self.manifest.get("chunking") != params.to_dict():
+            self.manifest["chunking"] = params.to_dict()
+            self.save_manifest()
         total = 0
         for doc_id in doc_ids:
             row = self.db.execute(
