@@ -300,3 +300,33 @@ def test_an_interrupted_chunk_is_completed_by_index_never_mixed(tmp_path, embedd
     assert kb.is_indexed() and kb.documents_to_chunk(ChunkParams(**kb.manifest["chunking"])) == []
     assert kb.manifest["chunking"]["size"] == 64
     assert max(kb.status()["chunk_tokens_max"], 0) <= 64 * 2  # no document kept its old, larger chunks
+
+
+def test_a_query_loop_during_a_concurrent_ingest_never_fails_nor_returns_a_ghost(tmp_path, embedder):
+    for i in range(8):
+        write(tmp_path / "d" / f"old{i}.md", f"# Old {i}\n\nThe old document {i} mentions brasskettle{i}.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    for i in range(4):  # half the old documents go, new ones come
+        (tmp_path / "d" / f"old{i}.md").unlink()
+    for i in range(8):
+        write(tmp_path / "d" / f"new{i}.md", f"# New {i}\n\nThe new document {i} mentions copperkettle{i}.\n")
+    proc = subprocess.Popen([sys.executable, "-c", CONCURRENT, "ingest", str(tmp_path / "d"), "--store",
+                             str(tmp_path / "kb"), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = Store.open(tmp_path / "kb")  # one long-lived reader, as a library user's process
+    r = Retriever(reader, embedder)
+    rounds = 0
+    while proc.poll() is None or rounds < 3:
+        live = set(Store.open(tmp_path / "kb").document_ids())
+        for q in ("brasskettle0 kettle", "copperkettle5 kettle"):
+            for mode in ("bm25", "dense", "contract"):
+                hits = r.search(q, mode=mode, top_k=10)  # never raises while the ingest runs
+                gone = {h.doc_id for h in hits} - live - {f"new{i}.md" for i in range(8)}
+                assert not gone, (mode, gone)  # never a document the catalog no longer holds
+        rounds += 1
+        if rounds > 400:
+            break
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-2000:]
+    hits = Retriever(Store.open(tmp_path / "kb"), embedder).search("copperkettle5", mode="bm25")
+    assert hits[0].doc_id == "new5.md"
+    assert reader.bm25().search(["copperkettle5"], 5)  # the long-lived reader sees the new BM25

@@ -364,6 +364,10 @@ class Store:
         return self._collection
 
     def bm25(self) -> "BM25Index":
+        # A long-lived Store sees another process's rebuild: reload when the record on disk changed.
+        on_disk = BM25Index.state(self.path / "bm25")
+        if self._bm25 is not None and on_disk and on_disk != getattr(self, "_bm25_state", None):
+            self._bm25 = None
         if self._bm25 is None:
             try:
                 self._bm25 = BM25Index.load(self.path / "bm25")
@@ -371,6 +375,7 @@ class Store:
                 # a writer swaps bm25/ by two renames: a reader can fall between them
                 time.sleep(0.2)
                 self._bm25 = BM25Index.load(self.path / "bm25")
+            self._bm25_state = BM25Index.state(self.path / "bm25")
         return self._bm25
 
     def sync_indexes(self, embedder, progress: Callable[[str, int, int], None] | None = None,
