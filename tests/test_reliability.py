@@ -34,10 +34,17 @@ main()
 """
 
 
-def _store(tmp_path, embedder):
-    write(tmp_path / "d" / "keep.md", "# Keep\n\nThe word marmaladefox lives here.\n")
-    write(tmp_path / "d" / "gone.md", "# Gone\n\nThe word quokkatrain lives here.\n")
-    write(tmp_path / "d" / "other.md", "# Other\n\nNothing to see in this third file at all.\n")
+STANDARD = {
+    "keep.md": "# Keep\n\nThe word marmaladefox lives here.\n",
+    "gone.md": "# Gone\n\nThe word quokkatrain lives here.\n",
+    "other.md": "# Other\n\nNothing to see in this third file at all.\n",
+}
+
+
+def _store(tmp_path, embedder, files=STANDARD):
+    """A real store of these files (folder d/, store kb/)."""
+    for name, text in files.items():
+        write(tmp_path / "d" / name, text)
     store = Store.open(tmp_path / "kb", create=True)
     ingest(store, [tmp_path / "d"], embedder=embedder)
     return store
@@ -248,11 +255,11 @@ def test_interrupted_embedding_keeps_the_batches_already_paid_for(tmp_path, embe
 
 
 def test_escape_sequences_in_documents_never_reach_the_terminal_raw(tmp_path, embedder):
-    write(tmp_path / "d" / "evil.md", "# Evil\n\nThe word gremlinbeacon \x1b[2J\x1b]0;pwned\x07 hides a screen clear.\n")
-    write(tmp_path / "d" / "ok.md", "# Fine\n\nA harmless second document.\n")
-    write(tmp_path / "d" / "ok2.md", "# Fine too\n\nA harmless third document.\n")
-    store = Store.open(tmp_path / "kb", create=True)
-    ingest(store, [tmp_path / "d"], embedder=embedder)
+    store = _store(tmp_path, embedder, {
+        "evil.md": "# Evil\n\nThe word gremlinbeacon \x1b[2J\x1b]0;pwned\x07 hides a screen clear.\n",
+        "ok.md": "# Fine\n\nA harmless second document.\n",
+        "ok2.md": "# Fine too\n\nA harmless third document.\n",
+    })
     r = runner.invoke(app, ["query", "gremlinbeacon", "--store", str(store.path), "-m", "bm25",
                             "--set", "decide.thresholds={answer: 0, low_confidence: 0}", "--set", "decide.tiers={}"])
     assert r.exit_code == 0, r.output
@@ -330,3 +337,49 @@ def test_a_query_loop_during_a_concurrent_ingest_never_fails_nor_returns_a_ghost
     hits = Retriever(Store.open(tmp_path / "kb"), embedder).search("copperkettle5", mode="bm25")
     assert hits[0].doc_id == "new5.md"
     assert reader.bm25().search(["copperkettle5"], 5)  # the long-lived reader sees the new BM25
+
+
+KILL_IN = """
+import os, signal, sys
+import kbtool.store as store_mod
+from kbtool.embed import SentenceTransformerEmbedder
+where, calls = sys.argv[1], {"n": 0}
+store_mod._EMBED_COMMIT = 2
+def count_then_die(real):
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return wrapper
+if where == "embedding":  # killed in the second batch of vectors
+    SentenceTransformerEmbedder.embed = count_then_die(SentenceTransformerEmbedder.embed)
+else:  # killed while chunking the second document
+    store_mod.chunk_blocks = count_then_die(store_mod.chunk_blocks)
+from kbtool.cli import main
+sys.argv = ["kbtool"] + sys.argv[2:]
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["embedding", "chunking"])
+def test_sigkill_while_embedding_or_chunking_then_plain_index_is_consistent(tmp_path, embedder, where):
+    store = _store(tmp_path, embedder)
+    _change(tmp_path)
+    write(tmp_path / "d" / "more.md", "# More\n\nThe word ospreylantern too.\n")
+    write(tmp_path / "d" / "most.md", "# Most\n\nThe word ibiscompass as well.\n")
+    args = (["chunk", "--all", "--size", "64"] if where == "chunking" else ["ingest", str(tmp_path / "d")])
+    proc = subprocess.run([sys.executable, "-c", KILL_IN, where, *args, "--store", str(store.path), "-q"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert not Store.open(store.path).is_indexed()
+    r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", str(store.path), "-q"]) if where == "embedding" \
+        else runner.invoke(app, ["index", "--store", str(store.path), "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["doctor", "--store", str(store.path)])
+    assert r.exit_code == 0, r.stdout
+    if where == "embedding":
+        _assert_consistent(store.path, embedder)
+        assert Retriever(Store.open(store.path), embedder).search("ospreylantern", mode="bm25")[0].doc_id == "more.md"
+    else:
+        assert Store.open(store.path).manifest["chunking"]["size"] == 64
