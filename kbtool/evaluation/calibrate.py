@@ -350,15 +350,13 @@ def _proposal(cfg: Config, wmap: dict[str, int], own: set[str], fixed: dict[str,
 
 
 def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10000) -> float:
-    """Two-sided paired sign-flip randomisation test of mean(a - b) (as `eval --baseline`)."""
+    """Two-sided paired sign-flip randomisation test of mean(a - b): the test of `eval --baseline`."""
+    from .evaluate import sign_flip_p
+
     d = a - b
     d = np.where(np.abs(d) < 1e-12, 0.0, d)
-    if not d.any():
-        return 1.0
-    rng = np.random.default_rng(seed)
-    signs = rng.choice([-1.0, 1.0], size=(permutations, len(d)))
-    observed = abs(d.mean())
-    return float(((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum() + 1) / (permutations + 1))
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(permutations, len(d)))
+    return sign_flip_p(d, signs)
 
 
 def _rates(ans: np.ndarray, unans: np.ndarray, t: float) -> tuple[float, float]:

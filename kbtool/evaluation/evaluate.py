@@ -465,9 +465,7 @@ def compare_to_baseline(report: EvalReport, baseline: dict[str, dict], *, metric
             # The baseline went through JSON at 6 decimals: compare like with like.
             c = np.array([round(cur[q].modes[mode].metrics[name], 6) for q in common])
             d = np.where(np.abs(c - b) < 1e-9, 0.0, c - b)
-            observed = abs(d.mean())
-            p = float(((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum() + 1) / (permutations + 1))
-            pvals[name] = p if d.any() else 1.0
+            pvals[name] = sign_flip_p(d, signs)
             diffs_by_metric[name] = dict(zip(common, d))
             per_metric[name] = {"baseline": round(float(b.mean()), 6), "current": round(float(c.mean()), 6),
                                 "delta": round(float(d.mean()), 6), "p_value": round(pvals[name], 4)}
@@ -483,6 +481,17 @@ def compare_to_baseline(report: EvalReport, baseline: dict[str, dict], *, metric
         out["modes"][mode] = entry
     report.baseline = out
     return out
+
+
+def sign_flip_p(d, signs) -> float:
+    """Two-sided p-value of mean(d) under random sign flips (rows of ``signs``, each ±1 per
+    question); 1.0 when every difference is zero."""
+    import numpy as np
+
+    if not d.any():
+        return 1.0
+    observed = abs(d.mean())
+    return float(((np.abs((signs * d).mean(axis=1)) >= observed - 1e-12).sum() + 1) / (len(signs) + 1))
 
 
 def significant_regressions(report: EvalReport) -> list[str]:

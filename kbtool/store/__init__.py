@@ -23,6 +23,7 @@ from ..errors import ModelMismatchError, StoreError, UsageError
 from ..ingestion.parse import Block, ParsedDocument
 from .analyzer import Analyzer, AnalyzerConfig
 from .bm25 import BM25Index
+from .bm25 import write_json as _write_json
 from .catalog import connect, migrate
 
 FORMAT_VERSION = 1
@@ -661,18 +662,3 @@ def _model_id(model: str | None) -> str:
     return canonical_model_id(model)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    """Write to a uniquely named temporary file, fsync, rename: never a half-written manifest,
-    and two processes never share a temporary name."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

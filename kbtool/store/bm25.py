@@ -11,6 +11,24 @@ import numpy as np
 from ..errors import StoreError
 
 
+def write_json(path: Path, data) -> None:
+    """Write to a uniquely named temporary file, fsync, rename: never a half-written file, and two
+    processes never share a temporary name."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class BM25Index:
     """bm25s arrays on disk plus the chunk id of each row. Scores equal rank_bm25's BM25Okapi
     (epsilon=0) divided by (k1 + 1): tests/test_bm25.py holds rank_bm25 as the reference."""
@@ -58,17 +76,8 @@ class BM25Index:
 
     @staticmethod
     def set_state(path: Path, state: dict) -> None:
-        """Record that the index on disk (unchanged) holds this catalog state: written to a unique
-        temporary file, fsynced and renamed over the old record."""
-        import os
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=".state.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(state))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path / "state.json")
+        """Record that the index on disk (unchanged) holds this catalog state (an atomic write)."""
+        write_json(path / "state.json", state)
 
     @classmethod
     def load(cls, path: Path) -> "BM25Index":
