@@ -12,15 +12,31 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path_factory, monkeypatch):
+def _set_env(tmp_path_factory, mp) -> None:
     home = tmp_path_factory.getbasetemp() / "home"
     home.mkdir(exist_ok=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("KBTOOL_CACHE_DIR", str(home / "cache"))
-    monkeypatch.setenv("KBTOOL_STORE", str(home / "never-used-store"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    mp.setenv("HOME", str(home))
+    mp.setenv("KBTOOL_CACHE_DIR", str(home / "cache"))  # the ONNX export lands here, once per session
+    mp.setenv("KBTOOL_STORE", str(home / "never-used-store"))
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("DO_NOT_TRACK", "1")
+    mp.delenv("KBTOOL_RUNTIME", raising=False)
+    mp.delenv("KBTOOL_EMBED_API_KEY", raising=False)
+    mp.delenv("OPENAI_API_KEY", raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_session_env(tmp_path_factory):
+    """Before any session fixture loads the model: nothing is written outside the test folders."""
+    mp = pytest.MonkeyPatch()
+    _set_env(tmp_path_factory, mp)
+    yield
+    mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory, monkeypatch):
+    _set_env(tmp_path_factory, monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -106,8 +106,11 @@ def test_interrupted_rebuild_does_not_look_current(tmp_path, store, embedder):
     write(tmp_path / "docs/a.md", "# A\n\nalpha bravo\n")
     ingest(store, [tmp_path / "docs"], embedder=embedder)
 
+    from kbtool.embed import parse_model
+
     class Exploding:
-        model_id, dim, max_tokens = "other-model", 384, 256
+        spec = parse_model("openai:http://127.0.0.1:9/v1#other-model")
+        model_id, dim, max_tokens, runtime = spec.model, 384, 256, "http"
         count_tokens = staticmethod(embedder.count_tokens)
 
         def embed(self, texts, progress=None):

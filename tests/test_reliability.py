@@ -342,7 +342,8 @@ def test_a_query_loop_during_a_concurrent_ingest_never_fails_nor_returns_a_ghost
 KILL_IN = """
 import os, signal, sys
 import kbtool.store as store_mod
-from kbtool.embed import SentenceTransformerEmbedder
+from kbtool.embed.onnx import OnnxEmbedder
+from kbtool.embed.st import SentenceTransformerEmbedder
 where, calls = sys.argv[1], {"n": 0}
 store_mod._EMBED_COMMIT = 2
 def count_then_die(real):
@@ -354,6 +355,7 @@ def count_then_die(real):
     return wrapper
 if where == "embedding":  # killed in the second batch of vectors
     SentenceTransformerEmbedder.embed = count_then_die(SentenceTransformerEmbedder.embed)
+    OnnxEmbedder.embed = count_then_die(OnnxEmbedder.embed)
 else:  # killed while chunking the second document
     store_mod.chunk_blocks = count_then_die(store_mod.chunk_blocks)
 from kbtool.cli import main

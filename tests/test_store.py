@@ -34,7 +34,9 @@ def test_format_version_is_checked(tmp_path, version, advice):
 def test_manifest_records_model_chunking_and_versions(sample_store):
     m = json.loads((sample_store.path / "manifest.json").read_text())
     assert m["format_version"] == FORMAT_VERSION and m["kbtool_version"]
-    assert m["embedding"] == {"model": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384, "max_tokens": 256}
+    assert m["embedding"] == {"model": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384, "max_tokens": 256,
+                              "backend": "local", "url": None, "query_prefix": "", "passage_prefix": "",
+                              "tokenizer": None, "input_type": False, "normalize": True, "runtime": "onnx"}
     assert m["chunking"]["size"] == 254
     assert m["hnsw"]["space"] == "cosine" and m["hnsw"]["ef_search"] > 10
 

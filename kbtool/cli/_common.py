@@ -28,8 +28,31 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as JSON 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or chatter on stderr.")]
 ModelOpt = Annotated[
     Optional[str],
-    typer.Option("--model", help="Embedding model: a sentence-transformers name or local path [default: the store's, or all-MiniLM-L6-v2]."),
+    typer.Option("--model", help="Embedding model: a sentence-transformers name or local folder, or an OpenAI-compatible "
+                 "endpoint openai:http://HOST:PORT/v1#NAME [default: the store's, or all-MiniLM-L6-v2]."),
 ]
+QueryPrefixOpt = Annotated[Optional[str], typer.Option("--query-prefix", help="Text put before every question embedded (E5 models: 'query: ', the default for names containing e5).")]
+PassagePrefixOpt = Annotated[Optional[str], typer.Option("--passage-prefix", help="Text put before every chunk embedded (E5 models: 'passage: ').")]
+MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Endpoint models: the model's input limit in tokens, to size chunks [default: 512].")]
+InputTypeOpt = Annotated[Optional[bool], typer.Option("--input-type/--no-input-type", help="Endpoint models: send input_type query|passage with each request, for servers that add the model's prefixes themselves (prefixes then default to none).")]
+TokenizerOpt = Annotated[Optional[str], typer.Option("--tokenizer", help="Endpoint models: a tokenizer.json (or folder) to count tokens exactly [default: a conservative estimate].")]
+
+
+def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=None, tokenizer=None, input_type=None):
+    """The embedding spec the user asked for, or None for the store's own."""
+    from ..embed import parse_model
+    from ..embed.base import with_overrides
+
+    if model is None and (query_prefix, passage_prefix, max_tokens, tokenizer, input_type) == (None,) * 5:
+        return None
+    if model is None and kb is not None:
+        base = kb.embedding_spec()
+        extra = parse_model(base.model if base.backend == "local" else f"openai:{base.url}#{base.model[7:]}",
+                            max_tokens=max_tokens, tokenizer=tokenizer)
+        return with_overrides(base, query_prefix=query_prefix, passage_prefix=passage_prefix,
+                              max_tokens=extra.max_tokens, tokenizer=extra.tokenizer, input_type=input_type)
+    return parse_model(model, query_prefix=query_prefix, passage_prefix=passage_prefix, max_tokens=max_tokens,
+                       tokenizer=tokenizer, input_type=bool(input_type))
 
 
 def handle_errors(fn):

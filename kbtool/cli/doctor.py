@@ -27,7 +27,7 @@ def doctor(
         from ..embed import load_embedder
 
         writer_settings(kb, wait)
-        repaired = run_repair(kb, load_embedder(kb.model_id))
+        repaired = run_repair(kb, load_embedder(kb.embedding_spec()))
         findings = diagnose(kb)
     ok = all(f["ok"] for f in findings)
     if json_:

@@ -5,14 +5,19 @@ from typing import Annotated
 import typer
 
 from . import app
-from ._common import JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
+from ._common import JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
 @handle_errors
 def index(
     model: ModelOpt = None,
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model).")] = False,
+    query_prefix: QueryPrefixOpt = None,
+    passage_prefix: PassagePrefixOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    tokenizer: TokenizerOpt = None,
+    input_type: InputTypeOpt = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model or prefixes).")] = False,
     stemmer: StemmerOpt = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
@@ -25,11 +30,12 @@ def index(
 
     kb = open_store(store)
     writer_settings(kb, wait, quiet)
+    spec = model_spec(kb, model, query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
     if not rebuild:
-        kb.check_model(model)
+        kb.check_model(spec)
     if stemmer is not None:
         kb.set_stemmer(stemmer)
-    embedder = load_embedder(model or kb.model_id)
+    embedder = load_embedder(spec or kb.embedding_spec())
     with progress_bars(quiet) as progress:
         report = run_index(kb, embedder=embedder, rebuild=rebuild, progress=progress)
     if json_:

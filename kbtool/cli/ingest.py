@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import (JsonOpt, ModelOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -24,6 +24,11 @@ def ingest(
     max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = 50.0,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
     model: ModelOpt = None,
+    query_prefix: QueryPrefixOpt = None,
+    passage_prefix: PassagePrefixOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    tokenizer: TokenizerOpt = None,
+    input_type: InputTypeOpt = None,
     stemmer: StemmerOpt = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
@@ -47,16 +52,23 @@ def ingest(
         from ..store.analyzer import _stemmer
 
         _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
-    kb = open_store(store, create=True, model=model)
+    options_given = (query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
+    from ..store import default_store_path
+
+    new_store = not ((store or default_store_path()) / "manifest.json").exists()
+    spec = model_spec(None, model, *options_given) if model or new_store else None
+    kb = open_store(store, create=True, model=spec)
     writer_settings(kb, wait, quiet)
-    kb.check_model(model)
+    if spec is None:  # prefixes etc. without --model: the store's model, so changed
+        spec = model_spec(kb, None, *options_given)
+    kb.check_model(spec)
     if stemmer is not None:
         kb.set_stemmer(stemmer)
     embedder = None
-    if model:
+    if spec is not None:
         from ..embed import load_embedder
 
-        embedder = load_embedder(model)
+        embedder = load_embedder(spec)
     with progress_bars(quiet) as progress:
         report = run_ingest(kb, paths, options, embedder=embedder, progress=progress)
     if json_:

@@ -317,4 +317,4 @@ def index(store: Store, *, embedder=None, rebuild: bool = False, progress: Progr
 def _embedder_for(store: Store):
     from ..embed import load_embedder
 
-    return load_embedder(store.model_id)
+    return load_embedder(store.embedding_spec())

@@ -50,8 +50,8 @@ class Gatherer:
         if self._embedder is None:
             from ..embed import load_embedder
 
-            self._embedder = load_embedder(self.store.model_id)
-        self.store.check_model(self._embedder.model_id)
+            self._embedder = load_embedder(self.store.embedding_spec())
+        self.store.check_model(self._embedder.spec)
         return self._embedder
 
     def gather(self, processed: list[Processed], *, retrievers: tuple[str, ...], depth: int,

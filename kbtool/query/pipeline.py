@@ -289,7 +289,7 @@ def _token_spans(store, gatherer):
     try:
         from ..embed import load_tokenizer
 
-        tok = load_tokenizer(store.model_id)
+        tok = load_tokenizer(store.embedding_spec())
     except Exception:  # a model without a tokenizer file: no truncation
         return None
 
@@ -302,7 +302,7 @@ def _token_spans(store, gatherer):
 def count_tokens_for(store) -> Callable[[str], int]:
     from ..embed import load_tokenizer
 
-    tok = load_tokenizer(store.model_id)
+    tok = load_tokenizer(store.embedding_spec())
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
 
 

@@ -82,7 +82,9 @@ class Store:
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path | None = None, *, create: bool = False, model: str | None = None) -> "Store":
+    def open(cls, path: str | Path | None = None, *, create: bool = False, model=None) -> "Store":
+        """``model``: the embedding model of a new store (a name, path, ``openai:URL#name`` or an
+        ``EmbeddingSpec``); an existing store keeps its own."""
         path = Path(path) if path else default_store_path()
         manifest_file = path / "manifest.json"
         if path.exists() and not path.is_dir():
@@ -96,15 +98,16 @@ class Store:
                 raise StoreError(f"no kbtool store at {path}: run `kbtool ingest <folder>` first, or pass --store")
             if path.exists() and any(path.iterdir()):
                 raise StoreError(f"{path} exists and is not a kbtool store: choose another --store")
-            from ..embed import resolve_model_path
+            from ..embed import check_available
 
-            resolve_model_path(model or "all-MiniLM-L6-v2")  # fail before anything is written
+            spec = _spec(model)
+            check_available(spec)  # fail before anything is written
             path.mkdir(parents=True, exist_ok=True)
             manifest = {
                 "format_version": FORMAT_VERSION,
                 "kbtool_version": __version__,
                 "created_at": now_iso(),
-                "embedding": {"model": _model_id(model), "dim": None, "max_tokens": None},
+                "embedding": {**spec.to_manifest(), "dim": None, "max_tokens": None},
                 "chunking": None,
                 "analyzer": AnalyzerConfig().to_dict(),
                 "bm25": dict(BM25_PARAMS),
@@ -185,14 +188,45 @@ class Store:
     def model_id(self) -> str:
         return self.manifest["embedding"]["model"]
 
-    def check_model(self, model: str | None) -> None:
+    def embedding_spec(self):
+        """The ``EmbeddingSpec`` this store's vectors were (or will be) made with."""
+        from ..embed import EmbeddingSpec
+
+        return EmbeddingSpec.from_manifest(self.manifest["embedding"])
+
+    def check_model(self, model) -> None:
+        """Refuse vectors made another way: a different model (name, path or spec), or, for a
+        spec, different query/passage prefixes. An endpoint's URL may change freely."""
         if model is None:
             return
-        asked = _model_id(model)
-        if asked != self.model_id:
+        from ..embed import EmbeddingSpec
+
+        mine = self.embedding_spec()
+        if isinstance(model, EmbeddingSpec):
+            asked, differs = model, model.identity() != mine.identity()
+        else:
+            asked = _spec(model)
+            differs = asked.model != mine.model
+        if differs:
+            what = (f"embedding model {mine.model!r}, not {asked.model!r}" if asked.model != mine.model else
+                    f"prefixes query={mine.query_prefix!r} passage={mine.passage_prefix!r}, not "
+                    f"query={asked.query_prefix!r} passage={asked.passage_prefix!r}")
+            shown = model if isinstance(model, str) else (
+                f"openai:{asked.url}#{asked.model[7:]}" if asked.backend == "http" else asked.model)
             raise ModelMismatchError(
-                f"store {self.path} was built with embedding model {self.model_id!r}, not {asked!r}: "
-                f"query without --model, or rebuild its vectors with `kbtool index --model {model} --rebuild`"
+                f"store {self.path} was built with {what}: query without --model, or rebuild its "
+                f"vectors with `kbtool index --model {shown} --rebuild`"
+            )
+
+    def check_dim(self, vectors, where: str = "query") -> None:
+        """Vectors of another width than the store's: the endpoint now serves another model."""
+        dim = self.manifest["embedding"].get("dim")
+        got = int(np.asarray(vectors).shape[1]) if len(vectors) else dim
+        if dim and got != dim:
+            raise ModelMismatchError(
+                f"the embedding model returned {got}-d {where} vectors; store {self.path} holds {dim}-d vectors "
+                f"of {self.model_id!r}: point --model at the server of that model, or rebuild with "
+                "`kbtool index --model ... --rebuild`"
             )
 
     def set_stemmer(self, name: str | None) -> bool:
@@ -388,10 +422,11 @@ class Store:
         if rebuild:
             # Mark the indexes stale first: an interrupted rebuild must not look current.
             self.manifest["indexed_generation"] = -1
-            self.manifest["embedding"] = {"model": embedder.model_id, "dim": None, "max_tokens": None}
+            self.manifest["embedding"] = {**embedder.spec.to_manifest(), "dim": None, "max_tokens": None}
             self.save_manifest()
             self._drop_collection()
-        self.check_model(embedder.model_id)
+        self.check_model(embedder.spec)
+        key = embedder.spec.cache_key
         report = IndexReport()
         generation = self.generation()
         rows = self.db.execute(
@@ -404,7 +439,7 @@ class Store:
         to_delete = [cid for cid in existing if cid not in wanted]
         todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
 
-        vectors = self._cached_vectors(embedder.model_id, {r["content_hash"] for r in todo})
+        vectors = self._cached_vectors(key, {r["content_hash"] for r in todo})
         report.from_cache = sum(1 for r in todo if r["content_hash"] in vectors)
         missing = {}
         for r in todo:
@@ -420,10 +455,11 @@ class Store:
             for start in range(0, total, _EMBED_COMMIT):
                 part = hashes[start : start + _EMBED_COMMIT]
                 fresh = embedder.embed([missing[h] for h in part], progress=cb)
+                self.check_dim(fresh, "passage")
                 with self._tx():
                     self.db.executemany(
                         "INSERT OR REPLACE INTO embeddings (model, content_hash, vector) VALUES (?,?,?)",
-                        [(embedder.model_id, h, fresh[i].astype(np.float32).tobytes()) for i, h in enumerate(part)],
+                        [(key, h, fresh[i].astype(np.float32).tobytes()) for i, h in enumerate(part)],
                     )
                 vectors.update({h: fresh[i] for i, h in enumerate(part)})
                 report.embedded += len(part)
@@ -462,10 +498,12 @@ class Store:
         self.manifest["bm25_built_with"] = spec
 
         emb = self.manifest["embedding"]
-        emb["model"] = embedder.model_id
+        emb.update(embedder.spec.to_manifest())  # the same identity (checked); the URL may have moved
         if vectors:
             emb["dim"] = int(next(iter(vectors.values())).shape[0])
         emb["max_tokens"] = embedder.max_tokens
+        if report.embedded:
+            emb["runtime"] = embedder.runtime
         self.manifest["indexed_generation"] = generation
         self.save_manifest()
         return report
@@ -511,13 +549,13 @@ class Store:
         q = ("SELECT c.chunk_id, e.vector FROM chunks c"
              " JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?")
         if chunk_ids is None:
-            rows = self.db.execute(q, (self.model_id,)).fetchall()
+            rows = self.db.execute(q, (self.embedding_spec().cache_key,)).fetchall()
         else:
             rows = []
             for start in range(0, len(chunk_ids), 500):
                 part = chunk_ids[start : start + 500]
                 rows += self.db.execute(q + f" WHERE c.chunk_id IN ({','.join('?' * len(part))})",
-                                        [self.model_id, *part]).fetchall()
+                                        [self.embedding_spec().cache_key, *part]).fetchall()
         return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
 
     def chunk_metadata(self) -> list[tuple[str, str, dict]]:
@@ -542,6 +580,7 @@ class Store:
     def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Nearest chunks by cosine for each query vector, best first, ties by id; ``doc_ids``
         restricts the search to these documents (inside Chroma, before ranking)."""
+        self.check_dim(vectors)
         col = self.collection()
         n = col.count()
         if n == 0 or (doc_ids is not None and not doc_ids):
@@ -656,9 +695,9 @@ def _index_hash(content_hash: str, meta: str) -> str:
     return hashlib.sha256((content_hash + meta).encode()).hexdigest()[:32]
 
 
-def _model_id(model: str | None) -> str:
-    from ..embed import canonical_model_id
+def _spec(model):
+    from ..embed import EmbeddingSpec, parse_model
 
-    return canonical_model_id(model)
+    return model if isinstance(model, EmbeddingSpec) else parse_model(model)
 
 

