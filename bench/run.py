@@ -1,4 +1,5 @@
-"""Benchmarks: ingest speed, Chroma HNSW recall against exact search, query latency.
+"""Benchmarks: ingest speed against the raw embedding time, ONNX vs torch, Chroma HNSW recall
+against exact search, warm and cold query latency, retrieval quality.
 
     make bench            # or: .venv/bin/python bench/run.py [--dataset DIR]
 
@@ -76,23 +77,57 @@ def main() -> None:
     embedder = load_embedder()
     embedder.embed(["warm up"])
     results["model_load_s"] = round(time.perf_counter() - t, 2)
+    results["runtime"] = embedder.runtime
 
+    # The chunk texts exactly as index embeds them, from a scratch store (parse + chunk only).
+    from kbtool.ingestion.pipeline import chunk, index
+    shutil.rmtree(out_dir / "scratch-kb", ignore_errors=True)
+    scratch = Store.open(out_dir / "scratch-kb", create=True)
+    ingest(scratch, [dataset], IngestOptions(format="beir", parse_only=True))
+    chunk(scratch, embedder=embedder)
+    texts = scratch.embedding_texts()
+    t = time.perf_counter()
+    raw = embedder.embed(texts)
+    t_raw = time.perf_counter() - t
+    results["raw_encode"] = {"texts": len(texts), "s": round(t_raw, 2), "chunks_per_s": round(len(texts) / t_raw, 1)}
+
+    # ONNX against torch on the same texts: speed and the largest deviation of any vector.
+    from kbtool.embed.st import SentenceTransformerEmbedder
+
+    sample = texts[:: max(1, len(texts) // 400)]
+    torch_e = SentenceTransformerEmbedder(embedder.spec)
+    torch_e.embed(["warm up"])
+    t = time.perf_counter()
+    tv = torch_e.embed(sample)
+    t_torch = time.perf_counter() - t
+    idx_of = {tx: i for i, tx in enumerate(texts)}
+    ov = raw[[idx_of[tx] for tx in sample]]
+    cos = (tv * ov).sum(1)
+    results["onnx_vs_torch"] = {
+        "texts": len(sample), "torch_chunks_per_s": round(len(sample) / t_torch, 1),
+        "onnx_chunks_per_s": results["raw_encode"]["chunks_per_s"],
+        "min_cosine": round(float(cos.min()), 7), "max_deviation": float(f"{float(1 - cos.min()):.2e}"),
+    }
+    del torch_e
+
+    # The real thing: a fresh store, ingest + index, each stage timed; wall = their sum.
     store = Store.open(store_dir, create=True)
     t = time.perf_counter()
     report = ingest(store, [dataset], IngestOptions(format="beir", parse_only=True))
     t_parse = time.perf_counter() - t
-    from kbtool.ingestion.pipeline import chunk, index
-
     t = time.perf_counter()
     n_chunks = chunk(store, embedder=embedder)
     t_chunk = time.perf_counter() - t
     t = time.perf_counter()
     idx = index(store, embedder=embedder)
     t_index = time.perf_counter() - t
+    wall = t_parse + t_chunk + t_index
     results["ingest"] = {
         "documents": len(report.added), "failed": len(report.failed), "chunks": n_chunks,
         "parse_s": round(t_parse, 2), "chunk_s": round(t_chunk, 2), "index_s": round(t_index, 2),
-        "chunks_per_s_embedding": round(idx.embedded / t_index, 1),
+        "wall_s": round(wall, 2), "embedded": idx.embedded,
+        "chunks_per_s_ingest": round(n_chunks / wall, 1),
+        "ratio_to_raw_encode": round(wall / t_raw, 3),
     }
     t = time.perf_counter()
     again = ingest(store, [dataset], IngestOptions(format="beir"), embedder=embedder)
@@ -124,21 +159,49 @@ def main() -> None:
     results["query_latency_warm"] = lat
 
     kbtool = Path(sys.executable).with_name("kbtool")
-    t = time.perf_counter()
-    subprocess.run([str(kbtool), "query", queries[0], "--store", str(store_dir), "--json"], check=True,
-                   capture_output=True)
-    results["query_cold_cli_s"] = round(time.perf_counter() - t, 2)
-    t = time.perf_counter()
-    subprocess.run([str(kbtool), "--help"], check=True, capture_output=True)
-    results["help_cli_s"] = round(time.perf_counter() - t, 2)
+    cold = {}
+    for mode in ("contract", "bm25"):
+        times = []
+        for q in queries[:5]:
+            t = time.perf_counter()
+            subprocess.run([str(kbtool), "query", q, "--store", str(store_dir), "--json", "-m", mode], check=True,
+                           capture_output=True)
+            times.append(time.perf_counter() - t)
+        cold[mode] = {"median_s": round(float(np.median(times)), 2), "max_s": round(max(times), 2)}
+    results["query_cold_cli"] = cold
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run([str(kbtool), "--help"], check=True, capture_output=True)
+        times.append(time.perf_counter() - t)
+    results["help_cli_s"] = round(float(np.median(times)), 2)
+    results["query_cold_imports_ms"] = import_costs(kbtool, queries[0], store_dir)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
     print(json.dumps(results, indent=2))
 
 
+def import_costs(kbtool: Path, query: str, store_dir: Path) -> dict:
+    """Cumulative import time of the heavy top-level packages in a cold query (python -X importtime)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "kbtool", "query", query, "--store",
+                           str(store_dir), "--json"], capture_output=True, text=True, check=True)
+    costs = {}
+    for line in proc.stderr.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 3 and parts[2] and not parts[2].startswith(" ") and "." not in parts[2]:
+            try:
+                costs[parts[2]] = round(int(parts[1]) / 1000, 1)
+            except ValueError:
+                pass
+    keep = ["kbtool", "typer", "rich", "numpy", "pydantic", "yaml", "chromadb", "bm25s", "onnxruntime",
+            "tokenizers", "jieba", "torch", "sentence_transformers"]
+    return {k: costs[k] for k in keep if k in costs}
+
+
 def write_markdown(r: dict) -> None:
-    i, h, lat = r["ingest"], r["hnsw"], r["query_latency_warm"]
+    i, h, lat, raw, ot = r["ingest"], r["hnsw"], r["query_latency_warm"], r["raw_encode"], r["onnx_vs_torch"]
+    cold = r["query_cold_cli"]
     lines = [
         f"# Benchmark results ({r['date']}, {r['machine']})",
         "",
@@ -147,12 +210,18 @@ def write_markdown(r: dict) -> None:
         "| what | value |", "| --- | --- |",
         f"| documents / chunks | {i['documents']} / {i['chunks']} ({i['failed']} empty records failed) |",
         f"| parse / chunk / index (embed + Chroma + BM25) | {i['parse_s']} s / {i['chunk_s']} s / {i['index_s']} s |",
-        f"| embedding throughput | {i['chunks_per_s_embedding']} chunks/s |",
+        f"| ingest + index wall vs raw encode of the same {raw['texts']} texts ({r['runtime']}) | "
+        f"{i['wall_s']} s vs {raw['s']} s: **ratio {i['ratio_to_raw_encode']}** ({i['chunks_per_s_ingest']} chunks/s) |",
+        f"| ONNX vs torch, {ot['texts']} chunk texts | {ot['onnx_chunks_per_s']} vs {ot['torch_chunks_per_s']} chunks/s; "
+        f"min cosine {ot['min_cosine']} (max deviation {ot['max_deviation']}) |",
         f"| unchanged re-ingest | {i['unchanged_rerun_s']} s, {i['unchanged_rerun_embedded']} embedded |",
         f"| Chroma HNSW {h['params']} | recall@10 {h['recall@10']}, recall@100 {h['recall@100']} vs exact cosine |",
         *[f"| warm query, {m} | p50 {v['p50_ms']} ms, p95 {v['p95_ms']} ms |" for m, v in lat.items()],
-        f"| cold `kbtool query` process | {r['query_cold_cli_s']} s |",
-        f"| `kbtool --help` | {r['help_cli_s']} s |",
+        *[f"| cold `kbtool query -m {m}` process (5 questions) | median {v['median_s']} s, max {v['max_s']} s |"
+          for m, v in cold.items()],
+        f"| `kbtool --help` (median of 5) | {r['help_cli_s']} s |",
+        "| imports of a cold query (ms, cumulative) | "
+        + ", ".join(f"{k} {v}" for k, v in r["query_cold_imports_ms"].items()) + " |",
         f"| model load + first embedding | {r['model_load_s']} s |",
         "",
         f"Retrieval quality on {r['dataset']} (`kbtool eval`, document level, qrels/test.tsv, "

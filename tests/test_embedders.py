@@ -259,6 +259,9 @@ def test_http_server_down_gives_one_line(tmp_path, monkeypatch, scripted):
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert f"127.0.0.1:{port}/v1/embeddings did not answer" in r.stderr and "after 2 tries" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+    # A new store on a server that is down: refused before anything is parsed or written.
+    r = run("ingest", tmp_path / "d", "--store", tmp_path / "kb2", "--model", f"openai:http://127.0.0.1:{port}/v1#toy")
+    assert r.exit_code == 1 and "did not answer" in r.stderr and not (tmp_path / "kb2").exists()
     # BM25 needs no model: it still answers.
     r = run("query", "ferry", "--store", kb, "-m", "bm25", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["doc_id"] == "a.md"
@@ -317,3 +320,23 @@ def test_http_store_answers_chinese_in_dense_mode_and_refuses_other_models(tmp_p
     assert emb["model"] == "sentence-transformers/all-MiniLM-L6-v2" and emb["backend"] == "local" and emb["url"] is None
     r = run("query", "How do I install it?", "--store", kb, "-m", "dense", "--json")
     assert json.loads(r.stdout)["hits"][0]["doc_id"] == "install.md"
+
+
+def test_big_runs_embed_with_torch_and_give_the_same_vectors(tmp_path, monkeypatch, embedder):
+    import kbtool.embed.onnx as onnx_mod
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    for name, word in [("a", "lighthouse keeper"), ("b", "orchard harvest"), ("c", "glacier survey")]:
+        write(tmp_path / "d" / f"{name}.md", f"# {name}\n\nNotes about the {word}.\n")
+    monkeypatch.setattr(onnx_mod, "TORCH_FROM", 3)  # 3 texts count as a big run here
+    assert embedder.for_bulk(2) is embedder and embedder.for_bulk(3).runtime == "torch"
+    store = Store.open(tmp_path / "kb", create=True)
+    assert ingest(store, [tmp_path / "d"], embedder=embedder).index.embedded == 3
+    assert store.manifest["embedding"]["runtime"] == "torch"
+    stored = store.chunk_vectors()
+    onnx_vecs = embedder.embed(store.embedding_texts())
+    torch_vecs = np.stack([stored[cid] for cid in sorted(stored)])
+    assert (onnx_vecs * torch_vecs).sum(1).min() >= onnx_mod.MIN_COSINE
+    monkeypatch.setenv("KBTOOL_RUNTIME", "onnx")
+    assert embedder.for_bulk(10_000) is embedder

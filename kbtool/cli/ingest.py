@@ -57,6 +57,10 @@ def ingest(
 
     new_store = not ((store or default_store_path()) / "manifest.json").exists()
     spec = model_spec(None, model, *options_given) if model or new_store else None
+    if spec is not None and spec.backend == "http" and not parse_only:
+        from ..embed import load_embedder
+
+        load_embedder(spec).dim  # a server that is down fails here, before anything is parsed or written
     kb = open_store(store, create=True, model=spec)
     writer_settings(kb, wait, quiet)
     if spec is None:  # prefixes etc. without --model: the store's model, so changed

@@ -23,7 +23,12 @@ def status(store: StoreOpt = None, json_: JsonOpt = False):
         ("documents", f"{info['documents']}  " + ", ".join(f"{k}: {v}" for k, v in info["documents_by_type"].items())),
         ("chunks", f"{info['chunks']}  (avg {info['chunk_tokens_avg']} tokens, max {info['chunk_tokens_max']}, "
                    f"{info['chunks_over_model_limit']} over the model limit)"),
-        ("model", f"{emb['model']}  ({emb['dim'] or '?'}-d, {emb['max_tokens'] or '?'} tokens)"),
+        ("model", f"{emb['model']}  ({emb['dim'] or '?'}-d, {emb['max_tokens'] or '?'} tokens"
+                  + (f", {emb['url']}" if emb.get("url") else "")
+                  + (f", prefixes {emb.get('query_prefix')!r}/{emb.get('passage_prefix')!r}"
+                     if emb.get("query_prefix") or emb.get("passage_prefix") else "")
+                  + (", input_type sent" if emb.get("input_type") else "")
+                  + (f", embedded by {emb['runtime']}" if emb.get("runtime") else "") + ")"),
         ("chunking", str(info["chunking"])),
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),

@@ -68,7 +68,7 @@ class SentenceTransformerEmbedder(LocalTokenizerMixin):
 
     runtime = "torch"
 
-    def __init__(self, model: str | EmbeddingSpec = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu"):
+    def __init__(self, model: str | EmbeddingSpec = DEFAULT_MODEL, batch_size: int = 16, device: str = "cpu"):
         self.spec = model if isinstance(model, EmbeddingSpec) else parse_model(model)
         self.model_id = self.spec.model
         self.path = resolve_model_path(self.model_id)

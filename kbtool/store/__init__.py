@@ -446,15 +446,17 @@ class Store:
             if r["content_hash"] not in vectors:
                 missing.setdefault(r["content_hash"], embed_text(r["prefix"], r["text"]))
         if missing:
-            hashes = list(missing)
+            # Shortest first across the whole run: each batch pads little, whatever the commit size.
+            hashes = sorted(missing, key=lambda h: len(missing[h]))
             total = len(hashes)
             cb = (lambda n: progress("embedding", n, total)) if progress else None
             if progress:
                 progress("embedding", 0, total)  # show the bar while the model loads
+            bulk = embedder.for_bulk(total) if hasattr(embedder, "for_bulk") else embedder
             # Committed batch by batch: an interrupted run keeps the vectors it paid for.
             for start in range(0, total, _EMBED_COMMIT):
                 part = hashes[start : start + _EMBED_COMMIT]
-                fresh = embedder.embed([missing[h] for h in part], progress=cb)
+                fresh = bulk.embed([missing[h] for h in part], progress=cb)
                 self.check_dim(fresh, "passage")
                 with self._tx():
                     self.db.executemany(
@@ -503,7 +505,7 @@ class Store:
             emb["dim"] = int(next(iter(vectors.values())).shape[0])
         emb["max_tokens"] = embedder.max_tokens
         if report.embedded:
-            emb["runtime"] = embedder.runtime
+            emb["runtime"] = bulk.runtime
         self.manifest["indexed_generation"] = generation
         self.save_manifest()
         return report
@@ -557,6 +559,11 @@ class Store:
                 rows += self.db.execute(q + f" WHERE c.chunk_id IN ({','.join('?' * len(part))})",
                                         [self.embedding_spec().cache_key, *part]).fetchall()
         return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+    def embedding_texts(self) -> list[str]:
+        """The distinct texts index embeds (section prefix + chunk text), in catalog order."""
+        rows = self.db.execute("SELECT prefix, text FROM chunks ORDER BY doc_id, ordinal")
+        return list(dict.fromkeys(embed_text(r[0], r[1]) for r in rows))
 
     def chunk_metadata(self) -> list[tuple[str, str, dict]]:
         """(chunk_id, doc_id, metadata) of every chunk, read once per catalog generation."""
