@@ -127,7 +127,7 @@ def test_a_query_process_never_imports_torch(sample_store, embedder):
         "from kbtool.cli import main\n"
         f"sys.argv = ['kbtool', 'query', 'How long is the refund window in the EU?', '--store', {str(sample_store.path)!r}, '--json']\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "heavy = {'torch', 'sentence_transformers', 'transformers', 'unstructured'}\n"
+        "heavy = {'torch', 'sentence_transformers', 'transformers', 'unstructured', 'numba', 'scipy'}\n"
         "print('HEAVY', sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -34,7 +34,7 @@ ModelOpt = Annotated[
 QueryPrefixOpt = Annotated[Optional[str], typer.Option("--query-prefix", help="Text put before every question embedded (E5 models: 'query: ', the default for names containing e5).")]
 PassagePrefixOpt = Annotated[Optional[str], typer.Option("--passage-prefix", help="Text put before every chunk embedded (E5 models: 'passage: ').")]
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Endpoint models: the model's input limit in tokens, to size chunks [default: 512].")]
-InputTypeOpt = Annotated[Optional[bool], typer.Option("--input-type/--no-input-type", help="Endpoint models: send input_type query|passage with each request, for servers that add the model's prefixes themselves (prefixes then default to none).")]
+InputTypeOpt = Annotated[bool, typer.Option("--input-type", help="Endpoint models: send input_type query|passage with each request, for servers that add the model's prefixes themselves (prefixes then default to none).")]
 TokenizerOpt = Annotated[Optional[str], typer.Option("--tokenizer", help="Endpoint models: a tokenizer.json (or folder) to count tokens exactly [default: a conservative estimate].")]
 
 
@@ -43,6 +43,7 @@ def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=Non
     from ..embed import parse_model
     from ..embed.base import with_overrides
 
+    input_type = input_type or None  # a flag: absent means "as the store says" (or off for a new model)
     if model is None and (query_prefix, passage_prefix, max_tokens, tokenizer, input_type) == (None,) * 5:
         return None
     if model is None and kb is not None:

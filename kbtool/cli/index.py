@@ -16,7 +16,7 @@ def index(
     passage_prefix: PassagePrefixOpt = None,
     max_tokens: MaxTokensOpt = None,
     tokenizer: TokenizerOpt = None,
-    input_type: InputTypeOpt = None,
+    input_type: InputTypeOpt = False,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model or prefixes).")] = False,
     stemmer: StemmerOpt = None,
     wait: WaitOpt = 300.0,

@@ -28,7 +28,7 @@ def ingest(
     passage_prefix: PassagePrefixOpt = None,
     max_tokens: MaxTokensOpt = None,
     tokenizer: TokenizerOpt = None,
-    input_type: InputTypeOpt = None,
+    input_type: InputTypeOpt = False,
     stemmer: StemmerOpt = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,

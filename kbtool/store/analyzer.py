@@ -47,6 +47,9 @@ def _stopwords(name: str | None) -> frozenset[str]:
         from ..errors import InputError
 
         raise InputError(f"unknown stopword list {name!r}: use 'en' or none")
+    from .bm25 import _bm25s
+
+    _bm25s()  # bm25s's package import, without the backends kbtool does not use
     from bm25s.stopwords import STOPWORDS_EN
 
     return frozenset(STOPWORDS_EN)
