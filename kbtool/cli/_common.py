@@ -50,10 +50,18 @@ def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=Non
         base = kb.embedding_spec()
         extra = parse_model(base.model if base.backend == "local" else f"openai:{base.url}#{base.model[7:]}",
                             max_tokens=max_tokens, tokenizer=tokenizer)
+        if input_type and not base.input_type:  # the server adds the prefixes from now on
+            query_prefix = "" if query_prefix is None else query_prefix
+            passage_prefix = "" if passage_prefix is None else passage_prefix
         return with_overrides(base, query_prefix=query_prefix, passage_prefix=passage_prefix,
                               max_tokens=extra.max_tokens, tokenizer=extra.tokenizer, input_type=input_type)
-    return parse_model(model, query_prefix=query_prefix, passage_prefix=passage_prefix, max_tokens=max_tokens,
+    spec = parse_model(model, query_prefix=query_prefix, passage_prefix=passage_prefix, max_tokens=max_tokens,
                        tokenizer=tokenizer, input_type=bool(input_type))
+    if kb is not None and spec.backend == "http" and spec.model == kb.embedding_spec().model:
+        base = kb.embedding_spec()  # the same model: sizing stays the store's unless given
+        spec = with_overrides(spec, max_tokens=base.max_tokens if max_tokens is None else None,
+                              tokenizer=base.tokenizer if tokenizer is None else None)
+    return spec
 
 
 def handle_errors(fn):
@@ -87,6 +95,22 @@ def handle_errors(fn):
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def check_sizing(kb, spec, rebuild: bool = False) -> None:
+    """--max-tokens and --tokenizer size the chunks: set when a store is made, changed only with
+    `index --rebuild` (then `kbtool chunk --all` re-sizes the chunks)."""
+    if spec is None or rebuild or spec.backend != "http":
+        return
+    mine = kb.embedding_spec()
+    if mine.model != spec.model:
+        return  # check_model says what is wrong
+    if (spec.max_tokens or mine.max_tokens) != mine.max_tokens or (spec.tokenizer or mine.tokenizer) != mine.tokenizer:
+        from ..errors import UsageError
+
+        raise UsageError(f"store {kb.path} sizes chunks with max_tokens {mine.max_tokens} and tokenizer "
+                         f"{mine.tokenizer or 'estimate'}: change them with `kbtool index ... --rebuild`, then "
+                         "`kbtool chunk --all` to re-size the chunks")
 
 
 def open_store(path: Optional[Path], create: bool = False, model: Optional[str] = None):

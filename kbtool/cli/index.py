@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from ._common import JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
+from ._common import JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -33,6 +33,7 @@ def index(
     spec = model_spec(kb, model, query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
     if not rebuild:
         kb.check_model(spec)
+    check_sizing(kb, spec, rebuild)
     if stemmer is not None:
         kb.set_stemmer(stemmer)
     embedder = load_embedder(spec or kb.embedding_spec())

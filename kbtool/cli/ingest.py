@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import (JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -63,9 +63,10 @@ def ingest(
         load_embedder(spec).dim  # a server that is down fails here, before anything is parsed or written
     kb = open_store(store, create=True, model=spec)
     writer_settings(kb, wait, quiet)
-    if spec is None:  # prefixes etc. without --model: the store's model, so changed
-        spec = model_spec(kb, None, *options_given)
+    if not new_store:  # the store's model, changed by these options (or the same one, given again)
+        spec = model_spec(kb, model, *options_given)
     kb.check_model(spec)
+    check_sizing(kb, spec)
     if stemmer is not None:
         kb.set_stemmer(stemmer)
     embedder = None

@@ -39,8 +39,14 @@ def query(
     c = contract_for_mode(load_contract_opt(contract, set_), mode)
     kb = open_store(store)
     kb.check_model(model)
+    embedder = None
+    if model and model.startswith("openai:"):  # the store's model, served from this URL for this query
+        from ..embed import load_embedder, parse_model
+        from ..embed.base import with_overrides
+
+        embedder = load_embedder(with_overrides(kb.embedding_spec(), url=parse_model(model).url))
     ans = retrieve(kb, c, text, filters=filter_ or [], principal=principal, allow=allow, tags=tag or [],
-                   top_k=top_k, trace_path=trace)
+                   top_k=top_k, trace_path=trace, embedder=embedder)
     if json_:
         print_json(ans.to_dict())
         return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from pathlib import Path
 
 from ..errors import ModelError
 from .base import (
@@ -79,7 +80,10 @@ def load_tokenizer(model: str | EmbeddingSpec | None = None):
 @lru_cache(maxsize=4)
 def _tokenizer(model: str, tokenizer: str | None):
     if tokenizer:
-        return load_tokenizer_file(tokenizer)
+        if Path(tokenizer).is_file():
+            return load_tokenizer_file(tokenizer)
+        log.warning("the store's tokenizer %s is gone: counting tokens by estimate", tokenizer)
+        return ApproxTokenizer()
     if model.startswith("openai:"):
         return ApproxTokenizer()
     file = resolve_model_path(model) / "tokenizer.json"

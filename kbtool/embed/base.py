@@ -29,7 +29,6 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 HTTP_SCHEME = "openai:"
 HTTP_MAX_TOKENS = 512  # what most served embedding models accept; --max-tokens overrides
-API_KEY_ENVS = ("KBTOOL_EMBED_API_KEY", "OPENAI_API_KEY")
 
 Progress = Callable[[int], None]
 
@@ -72,8 +71,23 @@ class EmbeddingSpec:
 
     @property
     def cache_key(self) -> str:
-        """The key of the store's embedding cache: model and passage prefix decide a chunk's vector."""
-        return self.model + (f"|passage:{self.passage_prefix}" if self.passage_prefix else "")
+        """The key of the store's embedding cache: model, passage prefix and input type decide a
+        chunk's vector (what a name or folder serves may change: ``--rebuild`` never reads the cache)."""
+        return (self.model + (f"|passage:{self.passage_prefix}" if self.passage_prefix else "")
+                + ("|input_type" if self.input_type else ""))
+
+    def cli(self) -> str:
+        """The options that recreate this spec, for messages: ``--model X [--input-type] ...``."""
+        model = f"openai:{self.url}#{self.model[len(HTTP_SCHEME):]}" if self.backend == "http" else self.model
+        parts = [f"--model {_quote(model)}"]
+        dq, dp = ("", "") if self.input_type else default_prefixes(self.model)
+        if self.query_prefix != dq:
+            parts.append(f"--query-prefix {_quote(self.query_prefix)}")
+        if self.passage_prefix != dp:
+            parts.append(f"--passage-prefix {_quote(self.passage_prefix)}")
+        if self.input_type:
+            parts.append("--input-type")
+        return " ".join(parts)
 
     def identity(self) -> dict:
         """What must match between a store and a query's embedder."""
@@ -95,6 +109,12 @@ class EmbeddingSpec:
                    input_type=bool(emb.get("input_type")))
 
 
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
 def canonical_model_id(model: str | None) -> str:
     """The id a store records: the bundled model's hub name, an absolute path for a folder,
     ``openai:<name>`` for an endpoint."""
@@ -109,10 +129,18 @@ def canonical_model_id(model: str | None) -> str:
 
 def _split_http(model: str) -> tuple[str, str]:
     """``openai:http://host:port/v1#name`` -> (url, name)."""
+    from urllib.parse import urlsplit
+
     rest = model[len(HTTP_SCHEME):]
     url, _, name = rest.partition("#")
     url = url.rstrip("/")
-    if not re.match(r"^https?://[^/\s]+", url) or not name.strip():
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not re.search(r"\s", url)
+        parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError:
+        ok = False
+    if not ok or not name.strip():
         raise UsageError(
             f"--model {model!r}: an endpoint is written openai:http://HOST:PORT/v1#MODEL_NAME "
             "(the URL the OpenAI-compatible API lives under, then # and the model name it serves)"
@@ -141,6 +169,9 @@ def parse_model(model: str | None, *, query_prefix: str | None = None, passage_p
     dq, dp = ("", "") if input_type else default_prefixes(model_id)
     if input_type and url is None:
         raise UsageError("--input-type applies to endpoint models (openai:http://HOST:PORT/v1#NAME) only")
+    if url is None and (max_tokens is not None or tokenizer is not None):
+        raise UsageError("--max-tokens and --tokenizer apply to endpoint models (openai:http://HOST:PORT/v1#NAME): "
+                         "a local model brings its own (use `kbtool chunk --size N` for smaller chunks)")
     if max_tokens is not None and max_tokens < 8:
         raise UsageError(f"--max-tokens {max_tokens}: must be at least 8")
     if tokenizer is not None:
@@ -220,12 +251,16 @@ class _Encoding:
 
 
 class ApproxTokenizer:
-    """For an endpoint whose tokenizer is not known: a conservative estimate of word pieces (every
-    CJK character one piece, other words one piece per 4 characters, punctuation one each).
-    Offsets are real character spans, so truncation still cuts at word boundaries."""
+    """For an endpoint whose tokenizer is not known: a conservative estimate of its pieces. Every
+    CJK character, digit and symbol one piece, letters one per four. Measured against
+    multilingual-e5's real tokenizer on the sample corpus plus hashes and error codes: never below
+    the real count, typically 20 % above. Offsets are real character spans."""
 
     approximate = True
-    _piece = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|\w{1,4}|[^\w\s]", re.UNICODE)
+    _piece = re.compile(
+        r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W\d_]{1,4}|\d|[^\w\s]|_",
+        re.UNICODE,
+    )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> _Encoding:
         spans = [m.span() for m in self._piece.finditer(text)]

@@ -2,12 +2,14 @@
 OpenAI, ...): ``--model openai:http://host:port/v1#model-name``.
 
 Batches of texts per request, a timeout per request, retries with exponential backoff on
-connection errors, timeouts, 429 and 5xx. The API key is read from ``$KBTOOL_EMBED_API_KEY``
-(or ``$OPENAI_API_KEY``) at call time and never written anywhere.
+connection errors, timeouts, 429 and 5xx (``Retry-After`` honoured up to 30 s). The API key is
+read from ``$KBTOOL_EMBED_API_KEY`` at call time (``$OPENAI_API_KEY`` only for api.openai.com: a
+store's manifest must not decide where that key goes) and never written anywhere.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -19,10 +21,24 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ModelError
-from .base import API_KEY_ENVS, HTTP_MAX_TOKENS, ApproxTokenizer, EmbeddingSpec, Progress, load_tokenizer_file, normalise
+from ..errors import ModelError, UsageError
+from .base import HTTP_MAX_TOKENS, ApproxTokenizer, EmbeddingSpec, Progress, load_tokenizer_file, normalise
 
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+PASSAGE_TIMEOUT, QUERY_TIMEOUT = 120.0, 15.0  # seconds per request: a question must not hang a shell
+
+
+def _env_number(name: str, default: float, minimum: float, kind=int):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise UsageError(f"{name}={raw!r}: must be a number >= {minimum}")
+    return value
 
 
 class HttpEmbedder:
@@ -36,10 +52,14 @@ class HttpEmbedder:
         self.model_id = spec.model
         self.name = spec.model.split(":", 1)[1]
         self.endpoint = spec.url.rstrip("/") + "/embeddings"
-        self.batch_size = batch_size or int(os.environ.get("KBTOOL_EMBED_BATCH", "32"))
-        self.timeout = timeout or float(os.environ.get("KBTOOL_EMBED_TIMEOUT", "120"))
-        self.retries = retries if retries is not None else int(os.environ.get("KBTOOL_EMBED_RETRIES", "3"))
+        self.batch_size = batch_size or _env_number("KBTOOL_EMBED_BATCH", 32, 1)
+        timeout = timeout or _env_number("KBTOOL_EMBED_TIMEOUT", 0, 0.1, float) or None
+        self.timeouts = {"passage": timeout or PASSAGE_TIMEOUT, "query": timeout or QUERY_TIMEOUT}
+        self.retries = retries if retries is not None else _env_number("KBTOOL_EMBED_RETRIES", 3, 0)
         self.backoff = backoff
+        from urllib.parse import urlsplit
+
+        self.host = urlsplit(self.endpoint).hostname or ""
         self._dim: int | None = None
 
     # ---- sizes -------------------------------------------------------------------------
@@ -84,16 +104,19 @@ class HttpEmbedder:
             request["input_type"] = kind
         body = json.dumps(request).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        key = next((os.environ[k] for k in API_KEY_ENVS if os.environ.get(k)), None)
+        key = os.environ.get("KBTOOL_EMBED_API_KEY")
+        if not key and self.host == "api.openai.com":
+            key = os.environ.get("OPENAI_API_KEY")
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        last = ""
+        last, wait = "", 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+                time.sleep(max(wait, self.backoff * 2 ** (attempt - 1)))
+            wait = 0.0
             req = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                with urllib.request.urlopen(req, timeout=self.timeouts[kind]) as resp:
                     payload = resp.read()
                 break
             except urllib.error.HTTPError as exc:
@@ -102,9 +125,16 @@ class HttpEmbedder:
                 if exc.code not in RETRY_STATUS:
                     hint = " (set $KBTOOL_EMBED_API_KEY)" if exc.code in (401, 403) else ""
                     raise ModelError(f"embedding server {self.endpoint} refused the request: {last}{hint}") from None
-            except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
+                try:
+                    wait = min(30.0, float(exc.headers.get("Retry-After") or 0))
+                except (TypeError, ValueError):
+                    wait = 0.0
+            except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError,
+                    http.client.HTTPException, ValueError) as exc:
                 reason = getattr(exc, "reason", exc)
-                last = "timed out" if isinstance(reason, (socket.timeout, TimeoutError)) else str(reason)
+                last = ("timed out" if isinstance(reason, (socket.timeout, TimeoutError))
+                        else f"{type(reason).__name__}: {reason}" if not str(reason) or isinstance(exc, http.client.HTTPException)
+                        else str(reason))
         else:
             raise ModelError(
                 f"embedding server {self.endpoint} did not answer ({last}) after {self.retries + 1} tries: "

@@ -76,6 +76,14 @@ def ensure_export(model_path: Path, st_model=None) -> tuple[Path | None, dict]:
             meta = read_meta(folder)
             if meta is None:
                 meta = _export_into(folder, model_path, st_model)
+    if meta.get("ok") and not (folder / "model.onnx").is_file():
+        # A verified export whose graph was deleted (a cache clean-up): export again.
+        from filelock import FileLock
+
+        with FileLock(str(folder) + ".lock"):
+            if not (folder / "model.onnx").is_file():
+                shutil.rmtree(folder, ignore_errors=True)
+                meta = _export_into(folder, model_path, st_model)
     if meta.get("ok") and (folder / "model.onnx").is_file():
         return folder / "model.onnx", meta
     return None, meta
@@ -98,6 +106,7 @@ def _export_into(folder: Path, model_path: Path, st_model=None) -> dict:
             log.warning("ONNX export of %s refused: cosine to sentence-transformers %.6f < %s; using torch",
                         model_path, min_cos, MIN_COSINE)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a shared cache serves every user
         if not folder.exists():
             os.replace(tmp, folder)  # atomic: readers see no folder or a whole one
         return read_meta(folder) or meta

@@ -107,7 +107,7 @@ class Store:
                 "format_version": FORMAT_VERSION,
                 "kbtool_version": __version__,
                 "created_at": now_iso(),
-                "embedding": {**spec.to_manifest(), "dim": None, "max_tokens": None},
+                "embedding": {**spec.to_manifest(), "dim": None, "max_tokens": spec.max_tokens},
                 "chunking": None,
                 "analyzer": AnalyzerConfig().to_dict(),
                 "bm25": dict(BM25_PARAMS),
@@ -208,14 +208,15 @@ class Store:
             asked = _spec(model)
             differs = asked.model != mine.model
         if differs:
-            what = (f"embedding model {mine.model!r}, not {asked.model!r}" if asked.model != mine.model else
-                    f"prefixes query={mine.query_prefix!r} passage={mine.passage_prefix!r}, not "
-                    f"query={asked.query_prefix!r} passage={asked.passage_prefix!r}")
-            shown = model if isinstance(model, str) else (
-                f"openai:{asked.url}#{asked.model[7:]}" if asked.backend == "http" else asked.model)
+            if asked.model != mine.model:
+                what = f"embedding model {mine.model!r}, not {asked.model!r}"
+            else:
+                mi, ai = mine.identity(), asked.identity()
+                what = ", ".join(f"{k} {mi[k]!r}, not {ai[k]!r}" for k in mi if mi[k] != ai[k])
+            shown = f"--model {model}" if isinstance(model, str) else asked.cli()
             raise ModelMismatchError(
                 f"store {self.path} was built with {what}: query without --model, or rebuild its "
-                f"vectors with `kbtool index --model {shown} --rebuild`"
+                f"vectors with `kbtool index {shown} --rebuild`"
             )
 
     def check_dim(self, vectors, where: str = "query") -> None:
@@ -422,7 +423,8 @@ class Store:
         if rebuild:
             # Mark the indexes stale first: an interrupted rebuild must not look current.
             self.manifest["indexed_generation"] = -1
-            self.manifest["embedding"] = {**embedder.spec.to_manifest(), "dim": None, "max_tokens": None}
+            self.manifest["embedding"] = {**embedder.spec.to_manifest(), "dim": None,
+                                          "max_tokens": embedder.spec.max_tokens}
             self.save_manifest()
             self._drop_collection()
         self.check_model(embedder.spec)
@@ -439,7 +441,8 @@ class Store:
         to_delete = [cid for cid in existing if cid not in wanted]
         todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
 
-        vectors = self._cached_vectors(key, {r["content_hash"] for r in todo})
+        # A rebuild re-embeds everything: what a model name or folder serves may have changed.
+        vectors = {} if rebuild else self._cached_vectors(key, {r["content_hash"] for r in todo})
         report.from_cache = sum(1 for r in todo if r["content_hash"] in vectors)
         missing = {}
         for r in todo:
