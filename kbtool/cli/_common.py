@@ -14,8 +14,21 @@ from rich.console import Console
 
 from ..errors import KbtoolError
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+
+def _console(stderr: bool = False) -> Console:
+    """On a terminal, Rich sizes output to it. Piped or redirected (CI logs, `| cat`, `> out.txt`),
+    Rich would assume 80 columns and cut numbers and names: give it the width tables need instead
+    ($COLUMNS still wins)."""
+    import os
+
+    stream = sys.stderr if stderr else sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None if tty or os.environ.get("COLUMNS") else 1000
+    return Console(stderr=stderr, soft_wrap=True, width=width)
+
+
+out = _console()
+err = _console(stderr=True)
 
 # Exit codes (documented in the README).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -125,9 +138,13 @@ def print_json(data) -> None:
 
 @contextmanager
 def progress_bars(quiet: bool):
-    """Yields a progress(stage, advance, total) callback drawing Rich bars on stderr, or None."""
-    if quiet or not err.is_terminal:
+    """Yields a progress(stage, advance, total) callback: Rich bars on a terminal; on a pipe or file
+    (CI logs) a plain line per stage every few seconds with counts, rate and ETA; None if quiet."""
+    if quiet:
         yield None
+        return
+    if not err.is_terminal:
+        yield _progress_lines()
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -145,6 +162,36 @@ def progress_bars(quiet: bool):
             bars.update(tasks[stage], advance=advance, total=total)
 
         yield update
+
+
+PROGRESS_EVERY = 5.0  # seconds between plain progress lines
+
+
+def _progress_lines():
+    import time
+
+    state: dict[str, dict] = {}
+
+    def update(stage: str, advance: int, total: int) -> None:
+        now = time.monotonic()
+        s = state.setdefault(stage, {"done": 0, "start": now, "last": now, "said_done": False})
+        s["done"] += advance
+        finished = total and s["done"] >= total
+        if s["said_done"] or not (finished or now - s["last"] >= PROGRESS_EVERY):
+            return
+        s["last"] = now
+        elapsed = max(now - s["start"], 1e-9)
+        rate = s["done"] / elapsed
+        line = f"{stage}: {s['done']}/{total or '?'}"
+        if total:
+            line += f" ({100 * s['done'] / total:.0f}%)"
+        line += f", {rate:.1f}/s, {elapsed:.0f} s"
+        if total and not finished and rate > 0:
+            line += f", ETA {(total - s['done']) / rate:.0f} s"
+        s["said_done"] = bool(finished)
+        err.print(line, highlight=False, markup=False)
+
+    return update
 
 
 def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:

@@ -215,9 +215,8 @@ class OnnxEmbedder(LocalTokenizerMixin):
 
     def _encode(self, texts: list[str], progress: Progress | None = None) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        # Sorted by length so each batch pads little (in word pieces: cheap with tokenizers).
-        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(texts)] if len(texts) > 1 else [0]
-        order = sorted(range(len(texts)), key=lambda i: lengths[i])
+        # Sorted by length so each batch pads little.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             out[idx] = self._runner.run([texts[i] for i in idx])
