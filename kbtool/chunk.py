@@ -10,6 +10,7 @@ so the default size fits the model's window and no text is silently invisible to
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -53,6 +54,9 @@ class ChunkDraft:
     char_start: int
     char_end: int
     n_tokens: int
+    line_start: int | None = None
+    line_end: int | None = None
+    anchor: str | None = None
 
     @property
     def embed_text(self) -> str:
@@ -81,6 +85,7 @@ class _Unit:
     text: str
     start: int
     page: int | None
+    lines: tuple[int, int] | None = None
 
 
 def _splitter(size: int, overlap: int, count: Counter, separators: list[str] | None = None):
@@ -96,38 +101,47 @@ def _splitter(size: int, overlap: int, count: Counter, separators: list[str] | N
 def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Counter) -> list[ChunkDraft]:
     """Chunk one document's blocks. ``params`` must already be resolved."""
     sections: list[tuple[list[str], list[_Unit]]] = []
+    anchors: dict[tuple, str] = {}  # section path -> anchor of its heading
     pos = 0
     for i, block in enumerate(blocks):
         start = pos
         pos += len(block.text) + 2  # blocks are joined with "\n\n" in the document text
         if block.kind == "title":
+            if block.anchor:
+                anchors[tuple(block.section)] = block.anchor
             nxt = blocks[i + 1] if i + 1 < len(blocks) else None
             has_body = nxt is not None and (nxt.kind != "title" or (nxt.depth or 0) > (block.depth or 0))
             if has_body:
                 continue  # the heading lives in the section path of what follows
             # A heading with nothing under it (or a heading-only document) is content itself.
-            block = Block("text", block.text, block.section, block.page)
+            block = Block("text", block.text, block.section, block.page, lines=block.lines)
         if not sections or sections[-1][0] != block.section:
             sections.append((block.section, []))
-        sections[-1][1].append(_Unit(block.kind, block.text, start, block.page))
+        sections[-1][1].append(_Unit(block.kind, block.text, start, block.page, block.lines))
 
     drafts: list[ChunkDraft] = []
     for section, units in sections:
         prefix = make_prefix(title, section) if params.prefix else ""
         section_path = SEP.join(section)
+        anchor = next((anchors[tuple(section[:n])] for n in range(len(section), 0, -1)
+                       if tuple(section[:n]) in anchors), None)
         # count() includes [CLS] and [SEP] once per call: do not charge them twice.
         budget = params.size - (count(prefix + "\n\n") - count("") if prefix else 0)
         budget = max(budget, params.size // 2)
         pending: list[_Unit] = []
 
-        def emit(text: str, start: int, page: int | None, end: int | None = None) -> None:
+        def emit(text: str, start: int, page: int | None, end: int | None = None,
+                 lines: tuple[int, int] | None = None) -> None:
             drafts.append(ChunkDraft(len(drafts), text, prefix, section_path, page, start,
-                                     start + len(text) if end is None else end, count(embed_text(prefix, text))))
+                                     start + len(text) if end is None else end, count(embed_text(prefix, text)),
+                                     lines[0] if lines else None, lines[1] if lines else None, anchor))
 
         def flush() -> None:
             if pending:
                 text = "\n\n".join(u.text for u in pending)
-                emit(text, pending[0].start, pending[0].page)
+                spans = [u.lines for u in pending if u.lines]
+                emit(text, pending[0].start, pending[0].page,
+                     lines=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None)
                 pending.clear()
 
         for unit in units:
@@ -136,7 +150,8 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
             if n > budget and not (atomic and n <= params.hard_max):
                 flush()
                 for piece, offset, length in _split(unit, budget, params, count):
-                    emit(piece, unit.start + offset, unit.page, unit.start + offset + length)
+                    emit(piece, unit.start + offset, unit.page, unit.start + offset + length,
+                         _piece_lines(unit, offset, length))
                 continue
             joined = "\n\n".join([u.text for u in pending] + [unit.text])
             if pending and count(joined) > budget:
@@ -145,7 +160,38 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
             if atomic and n > budget:
                 flush()  # an oversized table or code block stands alone
         flush()
+    # A chunk holding nothing but its own heading (already in its prefix) says nothing: dropped,
+    # unless it is all the document has.
+    kept = [d for d in drafts if not _prefix_only(d)]
+    if kept and len(kept) < len(drafts):
+        drafts = [ChunkDraft(i, *astuple_rest(d)) for i, d in enumerate(kept)]
     return drafts
+
+
+def _prefix_only(d: ChunkDraft) -> bool:
+    words = re.findall(r"\w+", d.text.lower())
+    if not words:
+        return True
+    last = d.section_path.split(SEP)[-1] if d.section_path else ""
+    return words == re.findall(r"\w+", last.lower()) or words == re.findall(r"\w+", d.prefix.split(SEP)[-1].lower())
+
+
+def astuple_rest(d: ChunkDraft) -> tuple:
+    return (d.text, d.prefix, d.section_path, d.page, d.char_start, d.char_end, d.n_tokens, d.line_start,
+            d.line_end, d.anchor)
+
+
+def _piece_lines(unit: _Unit, offset: int, length: int) -> tuple[int, int] | None:
+    """Lines of a piece of a unit: the unit's line range, shared out by the newlines before it
+    (exact for code and plain text, an estimate where rendering joined lines)."""
+    if not unit.lines:
+        return None
+    first, last = unit.lines
+    total = max(1, unit.text.count("\n"))
+    span = last - first
+    a = first + round(span * unit.text.count("\n", 0, offset) / total) if unit.text.count("\n") else first
+    b = first + round(span * unit.text.count("\n", 0, offset + length) / total) if unit.text.count("\n") else last
+    return (min(a, last), min(max(a, b), last))
 
 
 def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int, int]]:

@@ -27,7 +27,8 @@ from .errors import ContractError
 CONTRACT_FILE = "kbtool.yaml"
 QUESTION_TYPES = ("identifier", "cjk", "other")
 RETRIEVERS = ("dense", "bm25")
-CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id"}
+CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
+                  "citation", "lines", "anchor", "url"}
 
 
 class _Strict(BaseModel):
@@ -165,13 +166,16 @@ class Context(_Strict):
     header: str = Field("Answer from these sources. Cite them as [n].\n\n",
                         description="text before the first source")
     template: str = Field(
-        "[{n}] ### Source: {source}{page} — {section_path}\n{text}\n\n",
+        "[{n}] ### Source: {citation} — {section_path}\n{text}\n\n",
         description="one hit; fields: " + ", ".join(sorted(CONTEXT_FIELDS)))
     low_confidence_notice: str = Field(
         "Note: these sources may not answer the question; say so if they do not.\n\n",
         description="put first when the decision is low_confidence")
     refusal: str = Field("The knowledge base has no source that answers this question.\n",
                          description="the whole block when the decision is refuse")
+    base_url: str | None = Field(
+        None, description="a site the documents are published under: {citation} and {url} become "
+                          "BASE/doc-path-without-extension/#section-anchor (e.g. https://docs.example.com/)")
 
     @field_validator("template")
     @classmethod
@@ -187,7 +191,8 @@ class Context(_Strict):
         if unknown:
             raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}: use {', '.join(sorted(CONTEXT_FIELDS))}")
         sample = {"n": 1, "source": "a.md", "doc_id": "a.md", "title": "A", "section_path": "A > B", "page": "",
-                  "text": "text", "confidence": "0.50", "chunk_id": "a.md#0"}
+                  "text": "text", "confidence": "0.50", "chunk_id": "a.md#0", "citation": "a.md:1", "lines": ":1",
+                  "anchor": "", "url": ""}
         try:
             v.format(**sample)
         except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:

@@ -23,6 +23,9 @@ def ingest(
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
     max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = 50.0,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
+    markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
+    include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, --8<-- \"path\") resolve against, inside the ingested folder [default: the ingested folder].")] = None,
+    meta_from_path: Annotated[Optional[List[str]], typer.Option("--meta-from-path", help="Metadata from the document path, e.g. 'docs/{lang}/**' gives lang=en (repeatable).")] = None,
     model: ModelOpt = None,
     query_prefix: QueryPrefixOpt = None,
     passage_prefix: PassagePrefixOpt = None,
@@ -46,7 +49,8 @@ def ingest(
     options = IngestOptions(
         include=include or [], exclude=exclude or [], format=format, metadata=parse_pairs(meta, "--meta"),
         parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,
-        max_file_size=int(max_file_size * 2**20),
+        max_file_size=int(max_file_size * 2**20), markup_off=markup_off or [],
+        include_root=str(include_root) if include_root else None, meta_from_path=meta_from_path or [],
     )
     if stemmer is not None:
         from ..store.analyzer import _stemmer
@@ -91,6 +95,15 @@ def _render(report, store_path, quiet: bool) -> None:
     if c["skipped"]:
         line += f", {c['skipped']} skipped"
     out.print(line, highlight=False)
+    m = report.markup
+    if m:
+        parts = [f"{m[k]} {label}" for k, label in (
+            ("front_matter_invalid", "invalid front matter block(s) dropped"), ("anchors", "heading anchors"),
+            ("admonitions", "admonitions"), ("includes_resolved", "includes resolved"),
+            ("includes_missing", "includes missing (removed)"), ("code_html_lines", "code lines stripped of HTML"),
+            ("diagram_lines_dropped", "diagram lines dropped")) if m.get(k)]
+        if parts:
+            out.print("markup: " + ", ".join(parts), highlight=False, markup=False)
     if report.index:
         i = report.index
         out.print(f"index: {i.chunks} chunks, {i.embedded} embedded, {i.from_cache} from cache, "

@@ -23,6 +23,7 @@ def query(
     trace: Annotated[Optional[str], typer.Option("--trace", help="Append a JSONL trace record to this file.")] = None,
     contract: ContractOpt = None,
     set_: SetOpt = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Site the documents are published under: citations become BASE/doc-path/#anchor (contract: context.base_url).")] = None,
     model: ModelOpt = None,
     store: StoreOpt = None,
     json_: JsonOpt = False,
@@ -36,7 +37,8 @@ def query(
 
     if not clean(text):
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
-    c = contract_for_mode(load_contract_opt(contract, set_), mode)
+    sets = list(set_ or []) + ([f"context.base_url={base_url}"] if base_url else [])
+    c = contract_for_mode(load_contract_opt(contract, sets), mode)
     kb = open_store(store)
     kb.check_model(model)
     embedder = None
@@ -47,6 +49,8 @@ def query(
         embedder = load_embedder(with_overrides(kb.embedding_spec(), url=parse_model(model).url))
     ans = retrieve(kb, c, text, filters=filter_ or [], principal=principal, allow=allow, tags=tag or [],
                    top_k=top_k, trace_path=trace, embedder=embedder)
+    for warning in ans.explanation.get("filter_warnings", []):
+        err.print(f"warning: {visible(warning)}", highlight=False, markup=False)
     if json_:
         print_json(ans.to_dict())
         return
@@ -77,17 +81,15 @@ def _render(ans, mode: str) -> None:
         return
     w = ans.weights
     table = Table(title=escape(visible(f"{mode} ({', '.join(ans.processed.types)}; dense {w['dense']:.2f} / bm25 {w['bm25']:.2f}): {ans.question}")),
-                  title_justify="left", expand=True, show_lines=True)
+                  title_justify="left", expand=out.is_terminal, show_lines=True)
     table.add_column("#", justify="right", width=2)
     table.add_column("conf", min_width=5, no_wrap=True)
-    table.add_column("source · section · page", ratio=2, overflow="fold")
-    table.add_column("snippet", ratio=3)
+    table.add_column("source · section", ratio=2, overflow="fold")
+    table.add_column("snippet", ratio=3, max_width=None if out.is_terminal else 100)
     for h in ans.hits:
-        source = Text(visible(h.doc_id), style="bold")
+        source = Text(visible(h.citation or h.doc_id), style="bold")  # path:line, path p.N or a URL
         if h.section_path:
             source.append(f"\n{visible(h.section_path)}", style="cyan")
-        if h.page:
-            source.append(f"\np. {h.page}", style="dim")
         snippet = visible(" ".join(h.text.split()))
         table.add_row(str(h.rank), f"{h.confidence:.2f}", source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
     out.print(table)

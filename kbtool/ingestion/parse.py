@@ -36,12 +36,17 @@ class Block:
     section: list[str] = field(default_factory=list)
     page: int | None = None
     depth: int | None = None
+    lines: tuple[int, int] | None = None  # first and last source line (text formats)
+    anchor: str | None = None  # a heading's anchor id (title blocks)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Block":
+        data = dict(data)
+        if data.get("lines") is not None:
+            data["lines"] = tuple(data["lines"])
         return cls(**data)
 
 
@@ -55,7 +60,8 @@ class ParsedDocument:
     size: int
     mtime: float | None = None
     path: str = ""
-    metadata: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)  # from the document itself (front matter)
+    markup_stats: dict = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -170,20 +176,51 @@ def elements_to_blocks(elements, page: int | None = None, headings_from_markup: 
     return blocks
 
 
-def _partition(filetype: str, data: bytes, name: str, encoding: str | None) -> list[Block]:
+@dataclass
+class MarkupContext:
+    """What Markdown clean-up needs beyond the file: rules, the ingest root, the include root."""
+
+    rules: "object" = None
+    ingest_root: Path | None = None
+    include_root: Path | None = None
+
+
+def _partition(filetype: str, data: bytes, name: str, encoding: str | None, markup: MarkupContext | None = None,
+               path: Path | None = None, extra: dict | None = None) -> list[Block]:
     _use_blank_spacy()
     if filetype == "md":
         from unstructured.partition.md import partition_md
 
-        return elements_to_blocks(partition_md(text=decode_text(data, name, encoding)))
+        from .markup import MarkupRules, clean_markdown
+
+        source = decode_text(data, name, encoding)
+        ctx = markup or MarkupContext()
+        cleaned = clean_markdown(source, ctx.rules or MarkupRules(), doc_path=path, ingest_root=ctx.ingest_root,
+                                 include_root=ctx.include_root)
+        if extra is not None:
+            extra["cleaned"] = cleaned
+        if not cleaned.text.strip():
+            return []
+        blocks = elements_to_blocks(partition_md(text=cleaned.text))
+        for b in blocks:
+            if b.kind == "title":
+                b.anchor = cleaned.anchors.get(" ".join(b.text.split()))
+        locate_lines(blocks, cleaned.text, cleaned.line_map)
+        return blocks
     if filetype == "html":
         from unstructured.partition.html import partition_html
 
-        return elements_to_blocks(partition_html(text=decode_text(data, name, encoding)))
+        source = decode_text(data, name, encoding)
+        blocks = elements_to_blocks(partition_html(text=source))
+        locate_lines(blocks, source, None)
+        return blocks
     if filetype == "txt":
         from unstructured.partition.text import partition_text
 
-        return elements_to_blocks(partition_text(text=decode_text(data, name, encoding)), headings_from_markup=False)
+        source = decode_text(data, name, encoding)
+        blocks = elements_to_blocks(partition_text(text=source), headings_from_markup=False)
+        locate_lines(blocks, source, None)
+        return blocks
     if filetype == "csv":
         from unstructured.partition.csv import partition_csv
 
@@ -251,8 +288,60 @@ def read_file(path: Path, max_bytes: int) -> tuple[bytes, float]:
         raise ParseError(f"cannot read: {exc.strerror or exc}") from None
 
 
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> None:
+    """Give each block the source lines it came from, by finding its words, in order, in the text
+    it was parsed from (rendering drops markup, so exact offsets are not kept). ``line_map`` maps
+    lines of ``text`` to lines of the source file (None: the same)."""
+    words: list[str] = []
+    word_line: list[int] = []
+    for n, line in enumerate(text.split("\n")):
+        for w in _WORD.findall(line.lower()):
+            words.append(w)
+            word_line.append(n)
+    index: dict[str, list[int]] = {}
+    for pos, w in enumerate(words):
+        index.setdefault(w, []).append(pos)
+
+    def find(seq: list[str], start: int) -> int:
+        """First position >= start where ``seq`` occurs (up to 3 words), or -1."""
+        import bisect
+
+        if not seq:
+            return -1
+        cands = index.get(seq[0], [])
+        k = bisect.bisect_left(cands, start)
+        for pos in cands[k:]:
+            if words[pos : pos + len(seq)] == seq:
+                return pos
+        return -1
+
+    def source_line(pos: int) -> int:
+        n = word_line[pos]
+        return (line_map[n] if line_map and n < len(line_map) else n + 1)
+
+    cursor = 0
+    for b in blocks:
+        bw = _WORD.findall(b.text.lower())
+        if not bw:
+            continue
+        first = find(bw[:3], cursor)
+        if first < 0:
+            first = find(bw[:1], cursor)
+        if first < 0:
+            continue
+        last = find(bw[-3:], first)
+        end = (last + len(bw[-3:]) - 1) if last >= 0 else first + len(bw) - 1
+        end = min(end, len(words) - 1)
+        b.lines = (source_line(first), max(source_line(first), source_line(end)))
+        cursor = first + 1
+
+
 def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20,
-               data: bytes | None = None, mtime: float | None = None) -> ParsedDocument:
+               data: bytes | None = None, mtime: float | None = None,
+               markup: MarkupContext | None = None) -> ParsedDocument:
     """Parse one file (or its already-read bytes); raises ParseError with a one-line reason."""
     filetype = SUPPORTED.get(path.suffix.lower())
     if filetype is None:
@@ -261,8 +350,9 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         data, mtime = read_file(path, max_bytes)
     if not data.strip():
         raise ParseError("empty file")
+    extra: dict = {}
     try:
-        blocks = _partition(filetype, data, doc_id, encoding)
+        blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra)
     except ParseError:
         raise
     except Exception as exc:  # unstructured and friends raise anything on corrupt input
@@ -270,10 +360,16 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         raise ParseError(f"could not parse as {filetype}: {msg}") from exc
     if not blocks:
         raise ParseError("no text found")
-    return ParsedDocument(
+    cleaned = extra.get("cleaned")
+    doc = ParsedDocument(
         doc_id=doc_id, filetype=filetype, title=title_from(blocks, doc_id), blocks=blocks,
         sha256=sha256_bytes(data), size=len(data), mtime=mtime, path=str(path),
     )
+    if cleaned is not None:
+        doc.metadata = dict(cleaned.metadata)
+        doc.title = cleaned.title or doc.title
+        doc.markup_stats = dict(cleaned.stats)
+    return doc
 
 
 def beir_document(doc_id: str, title, text, line_hash: str) -> ParsedDocument:

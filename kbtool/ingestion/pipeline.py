@@ -30,6 +30,9 @@ class IngestOptions:
     keep_missing: bool = False
     encoding: str | None = None
     max_file_size: int = 50 * 2**20
+    markup_off: list[str] = field(default_factory=list)  # Markdown clean-up rules switched off
+    include_root: str | None = None  # where include directives resolve (default: the ingest root)
+    meta_from_path: list[str] = field(default_factory=list)  # e.g. "docs/{lang}/**"
 
 
 @dataclass
@@ -42,6 +45,7 @@ class IngestReport:
     skipped: list[dict] = field(default_factory=list)
     chunks_written: int = 0
     index: IndexReport | None = None
+    markup: dict = field(default_factory=dict)  # counts of what Markdown clean-up did
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -152,6 +156,48 @@ def _validate(options: IngestOptions) -> None:
             raise UsageError(f"unknown --encoding {options.encoding!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
     if options.max_file_size <= 0:
         raise UsageError("--max-file-size must be positive")
+    from .markup import MarkupRules
+
+    MarkupRules.parse(options.markup_off)
+    for pattern in options.meta_from_path:
+        path_pattern(pattern)
+
+
+def path_pattern(pattern: str):
+    """``docs/{lang}/**`` -> a regex with a named group per ``{field}`` (``*`` within a folder,
+    ``**`` across folders)."""
+    import re
+
+    from ..store import RESERVED_META
+
+    if not re.search(r"\{[A-Za-z_]\w*\}", pattern):
+        raise UsageError(f"--meta-from-path {pattern!r}: name at least one field, e.g. 'docs/{{lang}}/**'")
+    out, names = "", set()
+    for token in re.split(r"(\{[A-Za-z_]\w*\}|\*\*/?|\*)", pattern):
+        if not token:
+            continue
+        if token.startswith("{"):
+            name = token[1:-1]
+            if name in names or name in RESERVED_META:
+                raise UsageError(f"--meta-from-path {pattern!r}: field {name!r} is repeated or reserved")
+            names.add(name)
+            out += f"(?P<{name}>[^/]+)"
+        elif token.startswith("**"):
+            out += "(?:.*/)?" if token.endswith("/") else ".*"
+        elif token == "*":
+            out += "[^/]*"
+        else:
+            out += re.escape(token)
+    return re.compile(out + "$")
+
+
+def path_metadata(doc_id: str, patterns: list[str]) -> dict:
+    meta: dict = {}
+    for pattern in patterns:
+        m = path_pattern(pattern).match(doc_id)
+        if m:
+            meta.update({k: v for k, v in m.groupdict().items() if v is not None})
+    return meta
 
 
 def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None = None, *, embedder=None,
@@ -176,7 +222,17 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
     _validate(options)
     report = IngestReport()
     meta_json = json.dumps(options.metadata, sort_keys=True)
-    opts_json = json.dumps({"encoding": options.encoding} if options.encoding else {}, sort_keys=True)
+    from .markup import MarkupRules
+
+    rules = MarkupRules.parse(options.markup_off)
+    opts = {"encoding": options.encoding} if options.encoding else {}
+    opts["markup"] = sorted(rules.off)  # what the clean-up did is part of a parse: a change re-parses
+    if options.include_root:
+        opts["include_root"] = str(Path(options.include_root).resolve())
+    if options.meta_from_path:
+        opts["meta_from_path"] = list(options.meta_from_path)
+    opts_json = json.dumps(opts, sort_keys=True)
+    store.manifest["markup"] = rules.to_dict()
     for raw in paths:  # every path is checked before anything is written
         if not Path(raw).exists():
             raise UsageError(f"{raw}: no such file or folder")
@@ -190,6 +246,10 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
             gone = [d for d, (r, _) in known.items() if r == root]
         else:
             real = path.resolve()
+            if options.include_root and not Path(options.include_root).resolve().is_relative_to(
+                    real if real.is_dir() else real.parent):
+                raise UsageError(f"--include-root {options.include_root} is outside {raw}: kbtool reads nothing "
+                                 "outside the folder it ingests")
             base = _root_for(real, {r for r, _ in known.values() if not r.startswith("beir:")})
             if path.is_file():
                 base = base or real.parent
@@ -214,7 +274,7 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
         for src in sources:
             seen.add(src.doc_id)
             try:
-                status = _ingest_one(store, src, root, known, meta_json, opts_json, options)
+                status = _ingest_one(store, src, root, known, meta_json, opts_json, options, report)
             except ParseError as exc:
                 entry = {"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)}
                 if src.doc_id in known and known[src.doc_id][0] == root:
@@ -251,7 +311,7 @@ def _root_for(path: Path, roots: set[str]) -> Path | None:
 
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
-                options: IngestOptions) -> str:
+                options: IngestOptions, report: IngestReport | None = None) -> str:
     from ..store import fingerprint
 
     prev = known.get(src.doc_id)
@@ -273,9 +333,20 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         if not doc.blocks:
             raise ParseError("record has neither title nor text")
     else:
+        from .markup import MarkupRules
+        from .parse import MarkupContext
+
+        ingest_root = Path(root)
+        include_root = Path(options.include_root).resolve() if options.include_root else ingest_root
         doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size,
-                         data=data, mtime=mtime)
-    store.put_document(doc, root, json.loads(meta_json), json.loads(opts_json))
+                         data=data, mtime=mtime,
+                         markup=MarkupContext(MarkupRules.parse(options.markup_off), ingest_root, include_root))
+        if report is not None:
+            for k, v in doc.markup_stats.items():
+                report.markup[k] = report.markup.get(k, 0) + v
+    # The document's own metadata (front matter), then the path's, then the run's --meta win.
+    metadata = {**doc.metadata, **path_metadata(src.doc_id, options.meta_from_path), **json.loads(meta_json)}
+    store.put_document(doc, root, metadata, json.loads(opts_json))
     return "updated" if prev else "added"
 
 

@@ -7,11 +7,44 @@ from __future__ import annotations
 MIN_SOURCE_TOKENS = 16  # room for at least the start of one source
 
 
-def _fields(n: int, hit) -> dict:
+def url_for(doc_id: str, anchor: str | None, base_url: str | None) -> str:
+    """BASE/doc path without its extension/ (``index`` is the folder itself) + ``#anchor``."""
+    if not base_url:
+        return ""
+    page = next((doc_id[: -len(ext)] for ext in (".md", ".markdown", ".html", ".htm")
+                 if doc_id.lower().endswith(ext)), None)
+    if page is None:  # a PDF, DOCX, ...: published as the file itself
+        return base_url.rstrip("/") + "/" + doc_id
+    if page == "index" or page.endswith("/index"):
+        page = page[: -len("index")]
+    page = page.strip("/")
+    url = base_url.rstrip("/") + "/" + (page + "/" if page else "")
+    return url + (f"#{anchor}" if anchor else "")
+
+
+def citation(hit, base_url: str | None = None) -> str:
+    """Where a person finds the hit: a URL, else ``path:line`` (or ``path:first-last``), ``path p.N``."""
+    url = url_for(hit.doc_id, hit.anchor, base_url)
+    if url:
+        return url
+    if hit.line_start:
+        end = f"-{hit.line_end}" if hit.line_end and hit.line_end != hit.line_start else ""
+        return f"{hit.doc_id}:{hit.line_start}{end}"
+    if hit.page:
+        return f"{hit.doc_id} p.{hit.page}"
+    return hit.doc_id
+
+
+def _fields(n: int, hit, base_url: str | None = None) -> dict:
+    lines = ""
+    if hit.line_start:
+        lines = f":{hit.line_start}" + (f"-{hit.line_end}" if hit.line_end and hit.line_end != hit.line_start else "")
     return {
         "n": n, "source": hit.doc_id, "doc_id": hit.doc_id, "title": hit.title,
         "section_path": hit.section_path or hit.title, "page": f" p.{hit.page}" if hit.page else "",
         "text": hit.text.strip(), "confidence": f"{hit.confidence:.2f}", "chunk_id": hit.chunk_id,
+        "citation": citation(hit, base_url), "lines": lines, "anchor": hit.anchor or "",
+        "url": url_for(hit.doc_id, hit.anchor, base_url),
     }
 
 
@@ -29,7 +62,7 @@ def build_context(hits: list, decision: str, cfg, count_tokens) -> tuple[str, li
                             f"the header and notice: raise it to at least {used + MIN_SOURCE_TOKENS}")
     parts, included = [head], []
     for n, hit in enumerate(hits, start=1):
-        piece = cfg.template.format(**_fields(n, hit))
+        piece = cfg.template.format(**_fields(n, hit, cfg.base_url))
         cost = count_tokens(piece)
         if used + cost > cfg.max_tokens:
             if included:

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 from ..errors import AccessError, ContractError, InputError, UsageError
 from .candidates import Candidates, Gatherer
-from .context import build_context
+from .context import build_context, citation
 from .decide import confidence, decide, missing_terms, suggestions
 from .filters import parse_filter
 from .fusion import fuse
@@ -47,6 +47,10 @@ class Hit:
     bm25_score: float | None = None
     bm25_coverage: float | None = None
     bm25_rank: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    anchor: str | None = None
+    citation: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,6 +96,7 @@ class Scope:
     allowed: set[str] | None  # chunk ids, None = every chunk
     allowed_docs: list[str] | None
     extra_dense: int = 0  # chunks of allowed documents the filters exclude
+    warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
 
 
 def access_tags(contract, principal: str | None, allow: Sequence[str] | None) -> set[str] | None:
@@ -141,17 +146,38 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
         return Scope(specs, None, None)
     allowed, docs = set(), set()
     doc_chunks: dict[str, int] = {}
+    hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
+    values: dict[str, dict[str, int]] = {f.key: {} for f in parsed}
     for chunk_id, doc_id, meta in store.chunk_metadata():
         doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + 1
         if not visible(meta):
             continue
-        if all(f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed):
+        ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
+        for i, f in enumerate(parsed):
+            hit_by[i] += ok[i]
+            if f.key in meta:
+                v = str(meta[f.key])
+                values[f.key][v] = values[f.key].get(v, 0) + 1
+        if all(ok):
             allowed.add(chunk_id)
             docs.add(doc_id)
+    warnings = [_no_match(f, values[f.key]) for f, n in zip(parsed, hit_by) if n == 0]
     # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
     # are dropped after the search, so the dense search must look that much deeper.
     extra = sum(doc_chunks[d] for d in docs) - len(allowed)
-    return Scope(specs, allowed, sorted(docs), extra)
+    return Scope(specs, allowed, sorted(docs), extra, warnings)
+
+
+def _no_match(f, seen: dict[str, int]) -> str:
+    """'filter lang=fr matches no document; lang has: 'en', 'zh'' (closest values first)."""
+    import difflib
+
+    wanted = f.values[0] if f.values else ""
+    close = difflib.get_close_matches(wanted, list(seen), n=5, cutoff=0.0) if wanted else []
+    close += [v for v, _ in sorted(seen.items(), key=lambda kv: -kv[1]) if v not in close]
+    shown = ", ".join(repr(v) for v in close[:5])
+    return (f"filter {f} matches no document; {f.key} has: {shown}" if shown
+            else f"filter {f} matches no document; no document has a {f.key!r} value")
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
@@ -213,7 +239,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             dense_score=None if cos is None else round(cos, 6), dense_rank=cands.dense_rank.get(cid),
             bm25_score=None if raw is None else round(raw, 6),
             bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
+            line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
         ))
+        hits[-1].citation = citation(hits[-1], contract.context.base_url)
     # The decision looks at the contract's top_k hits whatever the caller asked for (eval asks for
     # 100): the same question gets the same decision from query, eval and calibrate.
     window = hits[: contract.retrieve.top_k]
@@ -223,6 +251,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     tier, th = contract.thresholds_for(types, set(tags))
     decision = decide(top, th)
     explanation = _explain(store, cands, best_hit, decision, th, sc, explain)
+    if sc.warnings:
+        explanation["filter_warnings"] = list(sc.warnings)
     context = ""
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)

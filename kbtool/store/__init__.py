@@ -357,10 +357,11 @@ class Store:
                 self.db.execute("DELETE FROM chunks WHERE doc_id=?", (doc_id,))
                 self.db.executemany(
                     "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, prefix, section_path, page,"
-                    " char_start, char_end, n_tokens, content_hash, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " char_start, char_end, n_tokens, content_hash, line_start, line_end, anchor, meta)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     [
                         (f"{doc_id}#{d.ordinal}", doc_id, d.ordinal, d.text, d.prefix, d.section_path, d.page,
-                         d.char_start, d.char_end, d.n_tokens, d.content_hash,
+                         d.char_start, d.char_end, d.n_tokens, d.content_hash, d.line_start, d.line_end, d.anchor,
                          json.dumps({**user, **base, **({"page": str(d.page)} if d.page else {})}, sort_keys=True))
                         for d in drafts
                     ],

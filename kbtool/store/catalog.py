@@ -57,6 +57,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         # Parse options (e.g. --encoding) are part of what makes a document "unchanged".
         "ALTER TABLE documents ADD COLUMN options TEXT NOT NULL DEFAULT '{}'",
     ),
+    (
+        "0003_citations",
+        # Source lines of a chunk (text formats) and the anchor of its section, for citations.
+        "ALTER TABLE chunks ADD COLUMN line_start INTEGER;"
+        "ALTER TABLE chunks ADD COLUMN line_end INTEGER;"
+        "ALTER TABLE chunks ADD COLUMN anchor TEXT",
+    ),
 ]
 
 

@@ -1,0 +1,332 @@
+"""Markdown as people write it, cleaned before it is parsed: what a reader sees, nothing else.
+
+Each rule is on by default and can be switched off (``kbtool ingest --markup-off RULE``); the
+rules in force are part of every document's parse options, so a change re-parses.
+
+* ``front_matter``: a leading YAML block (``---`` ... ``---``) becomes document metadata (title,
+  tags, dates, anything filterable) and leaves the text.
+* ``anchors``: heading attributes ``{ #id }``, ``{#id}``, ``{: #id .cls }`` leave the heading and
+  are kept as the section's anchor (for citations).
+* ``admonitions``: MkDocs ``!!! note "Title"`` / ``??? note`` (indented body), PyMdown
+  ``/// tip | Title`` ... ``///`` and ``//// tab | Python 3.10+`` ... ``////``, Docusaurus
+  ``:::note[Title]`` ... ``:::``, GitHub ``> [!NOTE]``: the label ("Tip: Title") becomes the start
+  of the body's first line, so it can never be separated from its body; fences are dropped.
+* ``includes``: ``{* path hl[1] *}`` and ``--8<-- "path"`` are replaced by the file's text when it
+  exists under the ingest root (relative to the document, then to the include root), otherwise
+  removed; both are counted.
+* ``code_html``: HTML inside code blocks (terminal transcripts as ``<span style=...>``) is reduced
+  to its text.
+* ``diagrams``: mermaid blocks keep their first lines only, so they cannot crowd out prose.
+
+Every output line remembers the source line it came from (``line_map``), for citations.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+
+RULES = ("front_matter", "anchors", "admonitions", "includes", "code_html", "diagrams")
+DIAGRAM_LINES = 8
+INCLUDE_MAX_BYTES = 256 * 1024
+RESERVED = {"doc_id", "filetype", "dir", "page", "index_hash"}
+
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+_ATTRS = re.compile(r"\s*\{:?\s*((?:[#.][\w:-]+|[\w-]+=\S+)(?:\s+(?:[#.][\w:-]+|[\w-]+=\S+))*)\s*\}\s*$")
+_MKDOCS = re.compile(r'^(\s*)(!!!|\?\?\?\+?)\s+([\w-]+)(?:\s+"(.*?)")?\s*$')
+_PYMDOWN = re.compile(r"^(/{3,})\s*([\w-]+)?(?:\s*\|\s*(.*?))?\s*$")
+_DOCUSAURUS = re.compile(r"^(:{3,})\s*([\w-]+)?(?:\[(.*?)\]|\s+(.*?))?\s*$")
+_GITHUB = re.compile(r"^\s*>\s*\[!(\w+)\]\s*(.*?)\s*$")
+_INCLUDE_CURLY = re.compile(r"^\s*\{\*\s*(\S+)(?:\s+[^*]*)?\*\}\s*$")
+_INCLUDE_SNIPPET = re.compile(r"""^\s*-{1,3}8<-{1,3}\s+["']([^"']+)["']\s*$""")
+_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_LANG = {".py": "python", ".js": "javascript", ".ts": "typescript", ".sh": "bash", ".json": "json",
+         ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".html": "html", ".css": "css", ".go": "go",
+         ".rs": "rust", ".java": "java", ".md": ""}
+
+
+@dataclass(frozen=True)
+class MarkupRules:
+    off: frozenset = frozenset()
+
+    @classmethod
+    def parse(cls, names) -> "MarkupRules":
+        from ..errors import UsageError
+
+        off = set()
+        for item in names or []:
+            for name in str(item).replace(",", " ").split():
+                name = name.strip().replace("-", "_")
+                if name == "all":
+                    off.update(RULES)
+                elif name not in RULES:
+                    raise UsageError(f"--markup-off {name!r}: use one of {', '.join(RULES)} or all")
+                else:
+                    off.add(name)
+        return cls(frozenset(off))
+
+    def on(self, rule: str) -> bool:
+        return rule not in self.off
+
+    def to_dict(self) -> dict:
+        return {rule: self.on(rule) for rule in RULES}
+
+
+@dataclass
+class Cleaned:
+    text: str
+    metadata: dict = field(default_factory=dict)
+    title: str | None = None
+    anchors: dict = field(default_factory=dict)  # heading text -> anchor id
+    line_map: list = field(default_factory=list)  # output line index -> source line number (1-based)
+    stats: dict = field(default_factory=dict)
+
+
+def _label(kind: str | None, title: str | None) -> str:
+    kind = (kind or "").replace("-", " ").replace("_", " ").strip()
+    if kind.lower() in ("tab", "details", "admonition") and title:
+        return title.strip()
+    label = kind[:1].upper() + kind[1:] if kind else ""
+    if title and title.strip():
+        label = f"{label}: {title.strip()}" if label else title.strip()
+    return label
+
+
+class _Out:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.src: list[int] = []
+        self.pending_label: str | None = None
+
+    def add(self, line: str, src: int) -> None:
+        if self.pending_label is not None and line.strip():
+            stripped = line.lstrip()
+            indent = line[: len(line) - len(stripped)]
+            m = re.match(r"^([-*+]\s+|\d+[.)]\s+|#{1,6}\s+|>\s*)", stripped)
+            if m or _FENCE.match(line):  # a list, heading or code first: the label stands just before it
+                self.lines.append(indent + self.pending_label + ":")
+                self.src.append(src)
+            else:
+                line = f"{indent}{self.pending_label}: {stripped}"
+            self.pending_label = None
+        self.lines.append(line)
+        self.src.append(src)
+
+    def label(self, text: str, src: int) -> None:
+        if self.pending_label:  # an admonition with no body line yet: keep its label as text
+            self.lines.append(self.pending_label)
+            self.src.append(src)
+        self.pending_label = text or None
+
+
+def _scalar(value) -> str | None:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    if isinstance(value, list) and all(isinstance(v, (str, int, float, bool, date)) for v in value):
+        return ", ".join(_scalar(v) or "" for v in value)
+    return None
+
+
+def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
+    """Parse a leading YAML block into metadata; returns how many lines it took (0 if none)."""
+    if not lines or lines[0].strip() != "---":
+        return 0
+    for end in range(1, min(len(lines), 500)):
+        if lines[end].strip() in ("---", "..."):
+            break
+    else:
+        return 0
+    import yaml
+
+    try:
+        data = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError:
+        cleaned.stats["front_matter_invalid"] = 1
+        return end + 1
+    if isinstance(data, dict):
+        for key, value in data.items():
+            key = str(key).strip()
+            text = _scalar(value)
+            if not key or text is None:
+                continue
+            if key == "title":
+                cleaned.title = text
+            if key in RESERVED:
+                cleaned.stats["front_matter_reserved"] = cleaned.stats.get("front_matter_reserved", 0) + 1
+                continue
+            cleaned.metadata[key] = text
+    return end + 1
+
+
+def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, ingest_root: Path | None) -> str | None:
+    """The text of an included file, only when it lies under the ingest root."""
+    if ingest_root is None:
+        return None
+    for base in (doc_dir, include_root):
+        if base is None:
+            continue
+        try:
+            path = (base / target).resolve()
+        except (OSError, ValueError):
+            continue
+        if not path.is_relative_to(ingest_root) or not path.is_file():
+            continue
+        try:
+            if path.stat().st_size > INCLUDE_MAX_BYTES:
+                return None
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    return None
+
+
+def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: Path | None = None,
+                   ingest_root: Path | None = None, include_root: Path | None = None) -> Cleaned:
+    cleaned = Cleaned(text="")
+    stats = cleaned.stats
+    lines = text.split("\n")
+    start = _front_matter(lines, cleaned) if rules.on("front_matter") else 0
+    out = _Out()
+    doc_dir = doc_path.parent if doc_path else None
+    ingest_root = ingest_root.resolve() if ingest_root else None
+    include_root = include_root.resolve() if include_root else ingest_root
+
+    fence: tuple[str, str] | None = None  # (marker, language) while inside a code block
+    fence_lines = 0
+    blocks: list[tuple[str, int]] = []  # open PyMdown / Docusaurus fences: (marker, indent of body)
+    mkdocs: list[int] = []  # indents of open MkDocs admonition bodies
+    github = False
+
+    i = start
+    while i < len(lines):
+        line, src = lines[i], i + 1
+        i += 1
+        # ---- inside a code block ---------------------------------------------------------
+        if fence is not None:
+            body = line
+            for indent in mkdocs:  # an admonition's code block is indented with it
+                body = body[indent:] if body[:indent].strip() == "" else body
+            if body.strip().startswith(fence[0][0] * 3) and body.strip().rstrip(fence[0][0]) == "" \
+                    and len(body.strip()) >= len(fence[0]):
+                fence = None
+                out.add(body, src)
+                continue
+            if rules.on("includes"):
+                m = _INCLUDE_SNIPPET.match(body)
+                if m:
+                    included = _read_include(m.group(1), doc_dir, include_root, ingest_root)
+                    key = "includes_resolved" if included is not None else "includes_missing"
+                    stats[key] = stats.get(key, 0) + 1
+                    for inc in (included or "").rstrip("\n").split("\n") if included else []:
+                        out.add(inc, src)
+                    continue
+            fence_lines += 1
+            if rules.on("diagrams") and fence[1] == "mermaid" and fence_lines > DIAGRAM_LINES:
+                if fence_lines == DIAGRAM_LINES + 1:
+                    out.add("…", src)
+                    stats["diagram_lines_dropped"] = stats.get("diagram_lines_dropped", 0)
+                stats["diagram_lines_dropped"] = stats.get("diagram_lines_dropped", 0) + 1
+                continue
+            if rules.on("code_html") and _TAG.search(body):
+                body = html.unescape(_TAG.sub("", body))
+                stats["code_html_lines"] = stats.get("code_html_lines", 0) + 1
+            out.add(body, src)
+            continue
+
+        # ---- MkDocs admonition bodies end at the first line indented less ------------------
+        while mkdocs and line.strip() and (len(line) - len(line.lstrip())) < mkdocs[-1]:
+            mkdocs.pop()
+        if mkdocs:
+            line = line[mkdocs[-1]:] if line[: mkdocs[-1]].strip() == "" else line.lstrip()
+
+        # ---- GitHub alerts: "> [!NOTE]" then "> body" -------------------------------------
+        if github:
+            if line.lstrip().startswith(">"):
+                line = re.sub(r"^\s*>\s?", "", line)
+            else:
+                github = False
+        if rules.on("admonitions"):
+            m = _GITHUB.match(line)
+            if m:
+                github = True
+                out.label(_label(m.group(1).lower(), None), src)
+                stats["admonitions"] = stats.get("admonitions", 0) + 1
+                if m.group(2):
+                    out.add(m.group(2), src)
+                continue
+            m = _MKDOCS.match(line)
+            if m:
+                out.label(_label(m.group(3), m.group(4)), src)
+                mkdocs.append(len(m.group(1)) + 4)
+                stats["admonitions"] = stats.get("admonitions", 0) + 1
+                continue
+            m = _PYMDOWN.match(line) or _DOCUSAURUS.match(line)
+            if m:
+                marker = m.group(1)
+                if m.group(2) is None:  # a bare fence: closes the innermost block of its kind
+                    if blocks and blocks[-1][0] == marker:
+                        blocks.pop()
+                    elif any(b[0] == marker for b in blocks):
+                        while blocks and blocks[-1][0] != marker:
+                            blocks.pop()
+                        blocks and blocks.pop()
+                    stats["fences_dropped"] = stats.get("fences_dropped", 0) + 1
+                    continue
+                title = m.group(3) if m.re is _PYMDOWN else (m.group(3) or m.group(4))
+                out.label(_label(m.group(2), title), src)
+                blocks.append((marker, 0))
+                stats["admonitions"] = stats.get("admonitions", 0) + 1
+                continue
+
+        # ---- includes ----------------------------------------------------------------------
+        if rules.on("includes"):
+            m = _INCLUDE_CURLY.match(line) or _INCLUDE_SNIPPET.match(line)
+            if m:
+                target = m.group(1)
+                included = _read_include(target, doc_dir, include_root, ingest_root)
+                key = "includes_resolved" if included is not None else "includes_missing"
+                stats[key] = stats.get(key, 0) + 1
+                if included is not None:
+                    curly = m.re is _INCLUDE_CURLY
+                    lang = _LANG.get(Path(target).suffix.lower(), "")
+                    body = included.rstrip("\n").split("\n")
+                    if curly and lang != "":
+                        body = [f"```{lang}", *body, "```"]
+                    for inc in body:
+                        out.add(inc, src)
+                continue
+
+        # ---- headings ----------------------------------------------------------------------
+        m = _HEADING.match(line)
+        if m and rules.on("anchors"):
+            title = m.group(2)
+            a = _ATTRS.search(title)
+            if a:
+                title = title[: a.start()].rstrip()
+                ident = next((t[1:] for t in a.group(1).split() if t.startswith("#")), None)
+                if ident:
+                    cleaned.anchors[" ".join(title.split())] = ident
+                line = f"{m.group(1)} {title}"
+                stats["anchors"] = stats.get("anchors", 0) + 1
+
+        # ---- code fences open --------------------------------------------------------------
+        f = _FENCE.match(line)
+        if f:
+            fence = (f.group(2), f.group(3).lower())
+            fence_lines = 0
+        out.add(line, src)
+
+    if out.pending_label:
+        out.lines.append(out.pending_label)
+        out.src.append(len(lines))
+    cleaned.text = "\n".join(out.lines)
+    cleaned.line_map = out.src
+    return cleaned

@@ -1,0 +1,216 @@
+"""Documentation folders as people write them: Markdown dialects cleaned, citations by line,
+filters people expect. The fixture folder is written by the tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+from kbtool.ingestion.markup import MarkupRules, clean_markdown
+
+from .conftest import write
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+GUIDE = """---
+title: Handling Errors
+tags: [errors, http]
+updated: 2024-05-02
+weight: 3
+---
+
+# Handling Errors { #handling-errors }
+
+You raise an HTTPException to return an error response.
+
+## Install the package {#install}
+
+{* ../../docs_src/app/main.py hl[1] *}
+
+{* ../docs_src/missing.py *}
+
+--8<-- "snippets/note.md"
+
+!!! tip "Use the status module"
+    Import the codes from the status module instead of writing numbers.
+
+    It keeps the code readable.
+
+??? note
+    Collapsed by default in the site.
+
+/// warning | Technical Details
+
+Starlette raises its own exception class.
+
+///
+
+//// tab | Python 3.10+
+
+The modern syntax uses the pipe operator.
+
+////
+
+:::danger[Careful]
+Never return a stack trace to the client.
+:::
+
+> [!NOTE]
+> GitHub renders this as a callout.
+
+```console
+<span style="color: green;">$</span> uvicorn main:app &amp; sleep 1
+```
+
+```mermaid
+graph TD
+  A-->B
+  B-->C
+  C-->D
+  D-->E
+  E-->F
+  F-->G
+  G-->H
+  H-->I
+  I-->J
+  J-->K
+```
+
+## Empty section { #empty }
+
+## Last words
+
+The end of the guide.
+"""
+
+
+@pytest.fixture
+def docs(tmp_path):
+    root = tmp_path / "site"
+    write(root / "docs" / "en" / "tutorial" / "errors.md", GUIDE)
+    write(root / "docs" / "zh" / "tutorial" / "errors.md",
+          "# 处理错误 { #handling-errors }\n\n使用 HTTPException 返回错误响应。\n")
+    write(root / "docs" / "en" / "index.md", "---\nupdated: 2023-01-10\n---\n\n# Home\n\nThe landing page of the docs.\n")
+    write(root / "docs" / "docs_src" / "app" / "main.py", "from fastapi import HTTPException\nraise HTTPException(404)\n")
+    write(root / "docs" / "snippets" / "note.md", "Snippets are pasted in verbatim.\n")
+    return root
+
+
+def test_clean_markdown_of_every_dialect(docs):
+    doc = docs / "docs" / "en" / "tutorial" / "errors.md"
+    c = clean_markdown(doc.read_text(), doc_path=doc, ingest_root=docs / "docs")
+    text = c.text
+    assert c.metadata == {"title": "Handling Errors", "tags": "errors, http", "updated": "2024-05-02", "weight": "3"}
+    assert c.anchors == {"Handling Errors": "handling-errors", "Install the package": "install", "Empty section": "empty"}
+    assert "{ #" not in text and "{#" not in text and "---" not in text.split("\n")[0]
+    # Includes: the code file (as a fenced block) and the snippet pasted; the missing one removed.
+    assert "```python\nfrom fastapi import HTTPException" in text and "Snippets are pasted in verbatim." in text
+    assert c.stats["includes_resolved"] == 2 and c.stats["includes_missing"] == 1 and "{*" not in text and "8<" not in text
+    # Admonitions: the label starts the body's first line; no fence or marker line is left.
+    for line in ["Tip: Use the status module: Import the codes from the status module instead of writing numbers.",
+                 "Note: Collapsed by default in the site.",
+                 "Warning: Technical Details: Starlette raises its own exception class.",
+                 "Python 3.10+: The modern syntax uses the pipe operator.",
+                 "Danger: Careful: Never return a stack trace to the client.",
+                 "Note: GitHub renders this as a callout."]:
+        assert line in text.split("\n"), line
+    assert "It keeps the code readable." in text.split("\n")  # the rest of the body, dedented
+    for marker in ("!!!", "???", "///", "////", ":::", "[!NOTE]"):
+        assert marker not in text, marker
+    # HTML in code reduced to its text; a long diagram cut short.
+    assert "$ uvicorn main:app & sleep 1" in text and "<span" not in text
+    assert "A-->B" in text and "J-->K" not in text
+    # Every output line knows its source line.
+    lines = doc.read_text().split("\n")
+    i = text.split("\n").index("The end of the guide.")
+    assert lines[c.line_map[i] - 1] == "The end of the guide."
+
+
+def test_rules_switch_off_one_by_one(docs):
+    doc = docs / "docs" / "en" / "tutorial" / "errors.md"
+    raw = doc.read_text()
+    off = clean_markdown(raw, MarkupRules.parse(["all"]), doc_path=doc, ingest_root=docs / "docs")
+    assert off.text == raw and off.metadata == {}
+    only_anchors_off = clean_markdown(raw, MarkupRules.parse(["anchors"]), doc_path=doc, ingest_root=docs / "docs")
+    assert "{ #handling-errors }" in only_anchors_off.text and "Tip: Use the status module" in only_anchors_off.text
+    with pytest.raises(Exception, match="--markup-off 'colors'"):
+        MarkupRules.parse(["colors"])
+
+
+def test_includes_never_read_outside_the_ingest_root(tmp_path):
+    write(tmp_path / "secret.txt", "TOP SECRET\n")
+    doc = write(tmp_path / "root" / "a.md", '# A\n\n--8<-- "../secret.txt"\n\n{* /etc/hostname *}\n')
+    c = clean_markdown(doc.read_text(), doc_path=doc, ingest_root=tmp_path / "root")
+    assert "SECRET" not in c.text and c.stats["includes_missing"] == 2
+
+
+def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
+    kb = docs.parent / "kb"
+    r = run("ingest", docs / "docs", "--store", kb, "--meta-from-path", "{lang}/**", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["markup"]["includes_missing"] == 1 and report["markup"]["admonitions"] == 6
+    from kbtool.store import Store
+
+    store = Store.open(kb)
+    rows = store.db.execute("SELECT chunk_id, text, prefix, section_path, line_start, line_end, anchor, meta "
+                            "FROM chunks WHERE doc_id='en/tutorial/errors.md' ORDER BY ordinal").fetchall()
+    everything = "\n".join(r["prefix"] + "\n" + r["text"] for r in rows)
+    for noise in ("{ #", "{#", "!!!", "///", ":::", "[!NOTE]", "{*", "--8<--", "<span", "title: Handling"):
+        assert noise not in everything, noise
+    assert all(r["text"].strip() and r["text"].strip() != r["section_path"].split(" > ")[-1] for r in rows)
+    assert "Empty section" not in [r["text"].strip() for r in rows]  # a prefix-only chunk is dropped
+    assert all(r["line_start"] and r["line_end"] >= r["line_start"] for r in rows)
+    anchors = {r["section_path"].split(" > ")[-1]: r["anchor"] for r in rows}
+    assert anchors["Install the package"] == "install"
+    meta = json.loads(rows[0]["meta"])
+    assert meta["lang"] == "en" and meta["updated"] == "2024-05-02" and meta["tags"] == "errors, http"
+    title = store.db.execute("SELECT title FROM documents WHERE doc_id='en/tutorial/errors.md'").fetchone()[0]
+    assert title == "Handling Errors"
+    zh = store.db.execute("SELECT section_path, anchor FROM chunks WHERE doc_id='zh/tutorial/errors.md'").fetchone()
+    assert zh["section_path"] == "处理错误" and zh["anchor"] == "handling-errors"  # no English slug in the text
+
+    # Citations: path:line in --json and the table, URLs with the section anchor for the context.
+    r = run("query", "Starlette exception class", "--store", kb, "--json", "-m", "bm25")
+    hit = json.loads(r.stdout)["hits"][0]
+    source = (docs / "docs" / "en" / "tutorial" / "errors.md").read_text().split("\n")
+    assert "Starlette raises its own exception class." in "\n".join(source[hit["line_start"] - 1 : hit["line_end"]])
+    assert hit["citation"] == f"en/tutorial/errors.md:{hit['line_start']}" + (
+        f"-{hit['line_end']}" if hit["line_end"] != hit["line_start"] else "")
+    r = run("query", "Starlette exception class", "--store", kb, "-m", "bm25", "--context",
+            "--base-url", "https://docs.example.com/")
+    assert "https://docs.example.com/en/tutorial/errors/#install" in r.stdout
+
+    # Switching a rule off re-parses (recorded in the manifest).
+    r = run("ingest", docs / "docs", "--store", kb, "--markup-off", "anchors", "--meta-from-path", "{lang}/**", "--json")
+    assert json.loads(r.stdout)["counts"]["updated"] == 4
+    assert json.loads((kb / "manifest.json").read_text())["markup"]["anchors"] is False
+
+
+def test_filters_people_expect(docs):
+    kb = docs.parent / "kb"
+    r = run("ingest", docs / "docs", "--store", kb, "--meta-from-path", "{lang}/**", "-q")
+    assert r.exit_code == 0, r.output
+
+    def ids(*filters):
+        args = ["query", "处理错误 error response landing page", "--store", kb, "--json", "-m", "bm25", "--top-k", "10"]
+        for f in filters:
+            args += ["--filter", f]
+        res = run(*args)
+        assert res.exit_code == 0, res.output
+        return {h["doc_id"] for h in json.loads(res.stdout)["hits"]}, res.stderr
+
+    assert ids("dir=en/**")[0] == {"en/tutorial/errors.md", "en/index.md"}  # a glob on the folder
+    assert ids("lang=zh")[0] == {"zh/tutorial/errors.md"}  # metadata from the path
+    assert ids("updated>=2024-01-01")[0] == {"en/tutorial/errors.md"}  # a date comparison
+    assert ids("doc_id=en/tutorial/*")[0] == {"en/tutorial/errors.md"}
+    got, warning = ids("lang=fr")
+    assert got == set() and "matches no document" in warning and "'en'" in warning and "'zh'" in warning

@@ -1,0 +1,82 @@
+"""Output through real pipes and files (not a terminal): complete tables, plain progress lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import ROOT, write
+
+KBTOOL = [sys.executable, "-m", "kbtool"]
+
+
+def _env():
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)
+    return env
+
+
+def test_piped_query_and_eval_tables_are_complete(sample_store, tmp_path):
+    # `kbtool query ... | cat`: stdout is a pipe.
+    q = subprocess.run(KBTOOL + ["query", "refund window in the EU", "--store", str(sample_store.path), "--top-k", "5"],
+                       capture_output=True, text=True, env=_env(), timeout=300)
+    assert q.returncode == 0, q.stderr
+    assert "policies/refund-policy.docx" in q.stdout  # a path is never cut mid-word
+    assert max(len(line) for line in q.stdout.splitlines()) > 80  # not squeezed into 80 columns
+
+    # `kbtool eval ... > out.txt`: stdout is a file.
+    out = tmp_path / "out.txt"
+    with out.open("w") as fh:
+        e = subprocess.run(KBTOOL + ["eval", str(ROOT / "eval_sets" / "sample.jsonl"), "--store", str(sample_store.path),
+                                     "--modes", "bm25,dense,hybrid,contract"],
+                           stdout=fh, stderr=subprocess.PIPE, text=True, env=_env(), timeout=300)
+    assert e.returncode == 0, e.stderr
+    text = out.read_text()
+    assert "…" not in text  # no truncated number or name anywhere
+    for tag in ("exact-id", "paraphrase", "unanswerable"):
+        assert tag in text
+    header = next(line for line in text.splitlines() if "contract" in line and "hybrid" in line)
+    assert "contract" in header  # all four modes side by side in one table
+
+
+def test_ingest_with_stderr_to_a_file_writes_progress_lines(tmp_path):
+    for i in range(3):
+        write(tmp_path / "d" / f"n{i}.md", f"# Note {i}\n\nThe heron number {i} stands in the reeds.\n")
+    log = tmp_path / "ingest.log"
+    with log.open("w") as fh:
+        r = subprocess.run(KBTOOL + ["ingest", str(tmp_path / "d"), "--store", str(tmp_path / "kb")],
+                           stdout=subprocess.PIPE, stderr=fh, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0, log.read_text()
+    lines = log.read_text().splitlines()
+    for stage in ("parsing: 3/3 (100%)", "chunking: 3/3 (100%)", "embedding: 3/3 (100%)"):
+        assert any(line.startswith(stage) for line in lines), lines
+    assert all("\r" not in line and "\x1b" not in line for line in lines)  # plain lines, no bars
+    # -q silences them.
+    write(tmp_path / "d" / "n9.md", "# Note 9\n\nAnother heron.\n")
+    with log.open("w") as fh:
+        r = subprocess.run(KBTOOL + ["ingest", str(tmp_path / "d"), "--store", str(tmp_path / "kb"), "-q"],
+                           stdout=subprocess.PIPE, stderr=fh, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0 and log.read_text() == ""
+
+
+def test_progress_lines_are_throttled():
+    import kbtool.cli._common as common
+
+    printed = []
+
+    class Sink:
+        def print(self, line, **kw):
+            printed.append(line)
+
+    real = common.err
+    common.err = Sink()
+    try:
+        update = common._progress_lines()
+        for _ in range(1000):
+            update("embedding", 1, 1000)
+    finally:
+        common.err = real
+    assert printed[-1].startswith("embedding: 1000/1000 (100%)")
+    assert len(printed) <= 2  # a fast stage: at most one line on the way, one at the end
