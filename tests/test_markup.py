@@ -109,7 +109,7 @@ def test_clean_markdown_of_every_dialect(docs):
     c = clean_markdown(doc.read_text(), doc_path=doc, ingest_root=docs / "docs")
     text = c.text
     assert c.metadata == {"title": "Handling Errors", "tags": "errors, http", "updated": "2024-05-02", "weight": "3"}
-    assert c.anchors == {"Handling Errors": "handling-errors", "Install the package": "install", "Empty section": "empty"}
+    assert c.anchors == [("Handling Errors", "handling-errors"), ("Install the package", "install"), ("Empty section", "empty")]
     assert "{ #" not in text and "{#" not in text and "---" not in text.split("\n")[0]
     # Includes: the code file (as a fenced block) and the snippet pasted; the missing one removed.
     assert "```python\nfrom fastapi import HTTPException" in text and "Snippets are pasted in verbatim." in text
@@ -214,3 +214,129 @@ def test_filters_people_expect(docs):
     assert ids("doc_id=en/tutorial/*")[0] == {"en/tutorial/errors.md"}
     got, warning = ids("lang=fr")
     assert got == set() and "matches no document" in warning and "'en'" in warning and "'zh'" in warning
+
+
+EDGES = """---
+version: 1.10
+lang: no
+access: public
+chroma:document: x
+---
+
+# Edges
+
+!!! info inline end "Side note"
+    Floats beside the text.
+
+=== "Python"
+
+    ```python
+    print("tab one")
+    ```
+
+=== "Rust"
+
+    Rust goes here.
+
+/// details | Summary
+    type: warning
+    open: true
+
+Details body.
+///
+
+/// note | Empty
+///
+
+Next paragraph victor.
+
+> [!TIP]
+> ```bash
+> echo tip
+> ```
+
+## Later {#later}
+
+Setext heading {#setext}
+------------------------
+
+Setext body.
+
+## Example {#example-get}
+
+GET returns the item.
+
+## Example {#example-post}
+
+POST creates the item.
+
+```java
+List<String> kilo = new ArrayList<String>();
+```
+
+```console
+<span style="color: green;">$</span> run &lt;x&gt;
+```
+
+{* code/app.rb *}
+"""
+
+
+def test_edge_cases_of_the_dialects(tmp_path):
+    write(tmp_path / "code" / "app.rb", "# Compute the total\nputs 1 + 1\n")
+    doc = write(tmp_path / "edges.md", EDGES)
+    c = clean_markdown(doc.read_text(), doc_path=doc, ingest_root=tmp_path)
+    lines = c.text.split("\n")
+    assert c.metadata == {"version": "1.10", "lang": "no"}  # as written; access and chroma: keys are not a document's
+    assert "Info: Side note: Floats beside the text." in lines
+    assert "Python:" in lines and '    print("tab one")' not in lines and 'print("tab one")' in lines
+    assert "Rust: Rust goes here." in lines
+    assert "Summary: Details body." in lines and not any("type: warning" in l or "open: true" in l for l in lines)
+    assert "Note: Empty" in lines and "Next paragraph victor." in lines  # an empty block keeps its label apart
+    assert "echo tip" in lines and not any(l.startswith(">") for l in lines)  # a fence inside a GitHub alert
+    assert "## Later" in lines and "Setext heading" in lines and "{#" not in c.text
+    assert ("Example", "example-get") in c.anchors and ("Example", "example-post") in c.anchors
+    assert "List<String> kilo = new ArrayList<String>();" in lines  # tags that are code stay
+    assert "$ run <x>" in lines
+    assert "```" in lines[lines.index("# Compute the total") - 1]  # an included Ruby file is fenced
+
+    # Front matter that is not a mapping is text; a file of front matter only is its title.
+    hr = clean_markdown("---\nThis is an intro paragraph juliet2.\n---\n\nBody.\n")
+    assert "This is an intro paragraph juliet2." in hr.text and hr.metadata == {}
+
+
+def test_reingest_is_unchanged_and_notices_included_files(tmp_path):
+    root = tmp_path / "docs"
+    write(root / "a.md", "---\ntitle: Alpha\nupdated: 2024-01-01\n---\n\n# Alpha\n\n--8<-- \"parts/p.md\"\n")
+    write(root / "parts" / "p.md", "The included paragraph says zebra.\n")
+    write(root / ".secret" / "key.md", "PRIVATE KEY\n")
+    write(root / "b.md", '# Beta\n\n--8<-- ".secret/key.md"\n\n--8<-- "drafts/d.md"\n\nBeta text.\n')
+    write(root / "drafts" / "d.md", "DRAFT TEXT\n")
+    write(root / "only.md", "---\ntitle: Only a title\n---\n")
+    kb = tmp_path / "kb"
+    args = ["ingest", root, "--store", kb, "--meta-from-path", "{section}/**", "--exclude", "drafts/*", "--json"]
+    first = json.loads(run(*args).stdout)
+    assert first["counts"]["failed"] == 0 and "only.md" in first["added"]
+    again = json.loads(run(*args).stdout)
+    assert again["counts"]["unchanged"] == len(first["added"]) and again["counts"]["updated"] == 0
+    from kbtool.store import Store
+
+    texts = " ".join(r[0] for r in Store.open(kb).db.execute("SELECT text FROM chunks"))
+    assert "zebra" in texts and "PRIVATE KEY" not in texts and "DRAFT TEXT" not in texts
+    write(root / "parts" / "p.md", "The included paragraph now says yak.\n")
+    third = json.loads(run(*args).stdout)
+    assert set(third["updated"]) == {"a.md", "parts/p.md"}  # the includer too, though its bytes are the same
+    texts = " ".join(r[0] for r in Store.open(kb).db.execute("SELECT text FROM chunks"))
+    assert "yak" in texts and "zebra" not in texts
+
+
+def test_base_url_is_quoted():
+    from types import SimpleNamespace
+
+    from kbtool.query.context import url_for
+
+    assert url_for("guides/C# basics.md", "intro", "https://x.org") == "https://x.org/guides/C%23%20basics/#intro"
+    assert url_for("index.md", None, "https://x.org/") == "https://x.org/"
+    assert url_for("manual/a.pdf", None, "https://x.org") == "https://x.org/manual/a.pdf"
+    r = run("query", "x", "--base-url", "docs.example.com", "--store", "/nonexistent")
+    assert r.exit_code == 2 and "--base-url" in r.output

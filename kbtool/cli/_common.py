@@ -174,7 +174,9 @@ def _progress_lines():
 
     def update(stage: str, advance: int, total: int) -> None:
         now = time.monotonic()
-        s = state.setdefault(stage, {"done": 0, "start": now, "last": now, "said_done": False})
+        if advance == 0 or stage not in state:  # a stage (re)starts: each folder of a run counts anew
+            state[stage] = {"done": 0, "start": now, "last": now, "said_done": False}
+        s = state[stage]
         s["done"] += advance
         finished = total and s["done"] >= total
         if s["said_done"] or not (finished or now - s["last"] >= PROGRESS_EVERY):

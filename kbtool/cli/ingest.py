@@ -108,6 +108,8 @@ def _render(report, store_path, quiet: bool) -> None:
         i = report.index
         out.print(f"index: {i.chunks} chunks, {i.embedded} embedded, {i.from_cache} from cache, "
                   f"{i.upserted} written, {i.deleted} deleted", highlight=False)
+    for w in report.warnings:
+        err.print(f"warning: {w}", highlight=False, markup=False)
     for f in report.failed:
         err.print(f"[red]failed[/] {f['doc_id']}: {f['reason']}", highlight=False)
     if not quiet:

@@ -37,8 +37,11 @@ def query(
 
     if not clean(text):
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
-    sets = list(set_ or []) + ([f"context.base_url={base_url}"] if base_url else [])
-    c = contract_for_mode(load_contract_opt(contract, sets), mode)
+    c = contract_for_mode(load_contract_opt(contract, set_), mode)
+    if base_url:
+        if not base_url.startswith(("http://", "https://")):
+            raise typer.BadParameter("write the site's address, e.g. https://docs.example.com/", param_hint="--base-url")
+        c = c.model_copy(update={"context": c.context.model_copy(update={"base_url": base_url})})
     kb = open_store(store)
     kb.check_model(model)
     embedder = None

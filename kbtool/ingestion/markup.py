@@ -32,18 +32,25 @@ from pathlib import Path
 RULES = ("front_matter", "anchors", "admonitions", "includes", "code_html", "diagrams")
 DIAGRAM_LINES = 8
 INCLUDE_MAX_BYTES = 256 * 1024
-RESERVED = {"doc_id", "filetype", "dir", "page", "index_hash"}
+RESERVED = {"doc_id", "filetype", "dir", "page", "index_hash",
+            "access"}  # access tags are the ingest operator's to set (--meta), not a document author's
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 _ATTRS = re.compile(r"\s*\{:?\s*((?:[#.][\w:-]+|[\w-]+=\S+)(?:\s+(?:[#.][\w:-]+|[\w-]+=\S+))*)\s*\}\s*$")
-_MKDOCS = re.compile(r'^(\s*)(!!!|\?\?\?\+?)\s+([\w-]+)(?:\s+"(.*?)")?\s*$')
+_MKDOCS = re.compile(r'^(\s*)(!!!|\?\?\?\+?)\s+([\w-]+)(?:\s+[\w-]+)*(?:\s+"(.*?)")?\s*$')
+_TAB = re.compile(r'^(\s*)===!?\s+"(.*?)"\s*$')  # Material content tabs: body indented below
 _PYMDOWN = re.compile(r"^(/{3,})\s*([\w-]+)?(?:\s*\|\s*(.*?))?\s*$")
 _DOCUSAURUS = re.compile(r"^(:{3,})\s*([\w-]+)?(?:\[(.*?)\]|\s+(.*?))?\s*$")
 _GITHUB = re.compile(r"^\s*>\s*\[!(\w+)\]\s*(.*?)\s*$")
 _INCLUDE_CURLY = re.compile(r"^\s*\{\*\s*(\S+)(?:\s+[^*]*)?\*\}\s*$")
 _INCLUDE_SNIPPET = re.compile(r"""^\s*-{1,3}8<-{1,3}\s+["']([^"']+)["']\s*$""")
-_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_SNIPPET_BLOCK = re.compile(r"^\s*-{1,3}8<-{1,3}\s*$")  # a block form: file names on the lines until the next
+# Only the tags terminal transcripts are written with; never in languages where tags are code.
+_TAG = re.compile(r"</?(?:span|font|div|br|b|i|u|strong|em|code|pre|a|samp|kbd)(?:\s[^<>]*)?/?>", re.IGNORECASE)
+_TAG_LANGS_KEPT = {"html", "xml", "svg", "jsx", "tsx", "vue", "svelte", "markdown", "md", "htm", "xhtml", "php",
+                   "erb", "jinja", "jinja2", "django", "handlebars", "astro", "mdx"}
+_PYMDOWN_OPTION = re.compile(r"^\s{4,}[\w-]+:\s*\S")
 _LANG = {".py": "python", ".js": "javascript", ".ts": "typescript", ".sh": "bash", ".json": "json",
          ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".html": "html", ".css": "css", ".go": "go",
          ".rs": "rust", ".java": "java", ".md": ""}
@@ -81,7 +88,8 @@ class Cleaned:
     text: str
     metadata: dict = field(default_factory=dict)
     title: str | None = None
-    anchors: dict = field(default_factory=dict)  # heading text -> anchor id
+    anchors: list = field(default_factory=list)  # (heading text, anchor id), in document order
+    includes: dict = field(default_factory=dict)  # included file -> sha256, to notice when it changes
     line_map: list = field(default_factory=list)  # output line index -> source line number (1-based)
     stats: dict = field(default_factory=dict)
 
@@ -117,10 +125,14 @@ class _Out:
         self.src.append(src)
 
     def label(self, text: str, src: int) -> None:
-        if self.pending_label:  # an admonition with no body line yet: keep its label as text
-            self.lines.append(self.pending_label)
-            self.src.append(src)
+        self.flush_label(src)  # an admonition with no body line yet: keep its label as text
         self.pending_label = text or None
+
+    def flush_label(self, src: int) -> None:
+        if self.pending_label:
+            self.lines.extend([self.pending_label, ""])
+            self.src.extend([src, src])
+            self.pending_label = None
 
 
 def _scalar(value) -> str | None:
@@ -147,11 +159,14 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
     import yaml
 
     try:
-        data = yaml.safe_load("\n".join(lines[1:end]))
+        # Every value as written (1.10 stays "1.10", no stays "no"; dates as ISO strings).
+        data = yaml.load("\n".join(lines[1:end]), Loader=yaml.BaseLoader)
     except yaml.YAMLError:
         cleaned.stats["front_matter_invalid"] = 1
         return end + 1
-    if isinstance(data, dict):
+    if not isinstance(data, dict):
+        return 0  # "---" lines around ordinary text (a rule, a paragraph): not front matter
+    if True:
         for key, value in data.items():
             key = str(key).strip()
             text = _scalar(value)
@@ -159,15 +174,17 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
                 continue
             if key == "title":
                 cleaned.title = text
-            if key in RESERVED:
+            if key in RESERVED or key.startswith("chroma:"):
                 cleaned.stats["front_matter_reserved"] = cleaned.stats.get("front_matter_reserved", 0) + 1
                 continue
             cleaned.metadata[key] = text
     return end + 1
 
 
-def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, ingest_root: Path | None) -> str | None:
-    """The text of an included file, only when it lies under the ingest root."""
+def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, ingest_root: Path | None,
+                  excluded=None) -> tuple[Path, str] | None:
+    """(path, text) of an included file, only when it lies under the ingest root, is not hidden
+    and is not excluded from the ingest (the same rules as the files ingest reads)."""
     if ingest_root is None:
         return None
     for base in (doc_dir, include_root):
@@ -179,21 +196,49 @@ def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, 
             continue
         if not path.is_relative_to(ingest_root) or not path.is_file():
             continue
+        rel = path.relative_to(ingest_root)
+        if any(part.startswith(".") for part in rel.parts) or (excluded and excluded(rel.as_posix())):
+            return None
         try:
             if path.stat().st_size > INCLUDE_MAX_BYTES:
                 return None
-            return path.read_text(encoding="utf-8", errors="replace")
+            return path, path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
     return None
 
 
 def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: Path | None = None,
-                   ingest_root: Path | None = None, include_root: Path | None = None) -> Cleaned:
+                   ingest_root: Path | None = None, include_root: Path | None = None, excluded=None,
+                   _depth: int = 0) -> Cleaned:
     cleaned = Cleaned(text="")
     stats = cleaned.stats
+    text = text.replace("\r\n", "\n")
+
+    def include(target: str):
+        """The text to put in place of an include directive (None: missing), counted."""
+        found = _read_include(target, doc_dir, include_root, ingest_root, excluded)
+        key = "includes_resolved" if found is not None else "includes_missing"
+        stats[key] = stats.get(key, 0) + 1
+        if found is None:
+            return None
+        path, body = found
+        import hashlib
+
+        cleaned.includes[str(path)] = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        if path.suffix.lower() in (".md", ".markdown") and _depth < 3:  # a Markdown snippet: cleaned too
+            inner = clean_markdown(body, rules, doc_path=path, ingest_root=ingest_root, include_root=include_root,
+                                   excluded=excluded, _depth=_depth + 1)
+            cleaned.includes.update(inner.includes)
+            cleaned.anchors.extend(inner.anchors)
+            for k, v in inner.stats.items():
+                stats[k] = stats.get(k, 0) + v
+            body = inner.text
+        return body.rstrip("\n").split("\n")
     lines = text.split("\n")
-    start = _front_matter(lines, cleaned) if rules.on("front_matter") else 0
+    start = _front_matter(lines, cleaned) if rules.on("front_matter") and _depth == 0 else 0
+    if _depth and rules.on("front_matter"):
+        start = _front_matter(lines, Cleaned(text=""))  # a snippet's own front matter is dropped
     out = _Out()
     doc_dir = doc_path.parent if doc_path else None
     ingest_root = ingest_root.resolve() if ingest_root else None
@@ -201,59 +246,95 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
 
     fence: tuple[str, str] | None = None  # (marker, language) while inside a code block
     fence_lines = 0
-    blocks: list[tuple[str, int]] = []  # open PyMdown / Docusaurus fences: (marker, indent of body)
-    mkdocs: list[int] = []  # indents of open MkDocs admonition bodies
+    blocks: list[str] = []  # open PyMdown / Docusaurus fence markers
+    options_allowed = False  # just after a PyMdown opener: its indented "key: value" option lines
+    mkdocs: list[int] = []  # indents of open MkDocs admonition / content tab bodies
     github = False
+    snippet_block = False
+
+    def strip_attrs(title: str) -> str:
+        a = _ATTRS.search(title)
+        if not a:
+            return title
+        ident = next((t[1:] for t in a.group(1).split() if t.startswith("#")), None)
+        title = title[: a.start()].rstrip()
+        if ident:
+            cleaned.anchors.append((" ".join(title.split()), ident))
+        stats["anchors"] = stats.get("anchors", 0) + 1
+        return title
 
     i = start
     while i < len(lines):
         line, src = lines[i], i + 1
         i += 1
+        # ---- GitHub alerts: "> [!NOTE]" then "> body" (code fences inside included) ---------
+        if github:
+            if line.lstrip().startswith(">"):
+                line = re.sub(r"^\s*>\s?", "", line)
+            else:
+                github = False
+        # ---- MkDocs admonition / tab bodies end at the first line indented less -----------
+        if fence is None:
+            while mkdocs and line.strip() and (len(line) - len(line.lstrip())) < mkdocs[-1]:
+                mkdocs.pop()
+        if mkdocs:
+            line = line[mkdocs[-1]:] if line[: mkdocs[-1]].strip() == "" else line.lstrip()
+
         # ---- inside a code block ---------------------------------------------------------
         if fence is not None:
-            body = line
-            for indent in mkdocs:  # an admonition's code block is indented with it
-                body = body[indent:] if body[:indent].strip() == "" else body
-            if body.strip().startswith(fence[0][0] * 3) and body.strip().rstrip(fence[0][0]) == "" \
-                    and len(body.strip()) >= len(fence[0]):
+            stripped = line.strip()
+            if stripped.startswith(fence[0][0] * 3) and stripped.rstrip(fence[0][0]) == "" \
+                    and len(stripped) >= len(fence[0]):
                 fence = None
-                out.add(body, src)
+                out.add(line, src)
                 continue
             if rules.on("includes"):
-                m = _INCLUDE_SNIPPET.match(body)
+                m = _INCLUDE_SNIPPET.match(line)
                 if m:
-                    included = _read_include(m.group(1), doc_dir, include_root, ingest_root)
-                    key = "includes_resolved" if included is not None else "includes_missing"
-                    stats[key] = stats.get(key, 0) + 1
-                    for inc in (included or "").rstrip("\n").split("\n") if included else []:
+                    for inc in include(m.group(1)) or []:
                         out.add(inc, src)
                     continue
             fence_lines += 1
             if rules.on("diagrams") and fence[1] == "mermaid" and fence_lines > DIAGRAM_LINES:
                 if fence_lines == DIAGRAM_LINES + 1:
                     out.add("…", src)
-                    stats["diagram_lines_dropped"] = stats.get("diagram_lines_dropped", 0)
                 stats["diagram_lines_dropped"] = stats.get("diagram_lines_dropped", 0) + 1
                 continue
-            if rules.on("code_html") and _TAG.search(body):
-                body = html.unescape(_TAG.sub("", body))
+            if rules.on("code_html") and fence[1] not in _TAG_LANGS_KEPT and _TAG.search(line):
+                line = html.unescape(_TAG.sub("", line))
                 stats["code_html_lines"] = stats.get("code_html_lines", 0) + 1
-            out.add(body, src)
+            out.add(line, src)
             continue
 
-        # ---- MkDocs admonition bodies end at the first line indented less ------------------
-        while mkdocs and line.strip() and (len(line) - len(line.lstrip())) < mkdocs[-1]:
-            mkdocs.pop()
-        if mkdocs:
-            line = line[mkdocs[-1]:] if line[: mkdocs[-1]].strip() == "" else line.lstrip()
+        # ---- includes ----------------------------------------------------------------------
+        if rules.on("includes"):
+            if snippet_block:
+                if _SNIPPET_BLOCK.match(line):
+                    snippet_block = False
+                elif line.strip() and not line.strip().startswith(";"):
+                    for inc in include(line.strip().strip("\"'")) or []:
+                        out.add(inc, src)
+                continue
+            if _SNIPPET_BLOCK.match(line):
+                snippet_block = True
+                continue
+            m = _INCLUDE_CURLY.match(line) or _INCLUDE_SNIPPET.match(line)
+            if m:
+                target = m.group(1)
+                body = include(target)
+                if body is not None:
+                    if m.re is _INCLUDE_CURLY and not target.lower().endswith((".md", ".markdown")):
+                        # Code: always fenced, so a "# comment" can never read as a heading.
+                        body = [f"```{_LANG.get(Path(target).suffix.lower(), '')}", *body, "```"]
+                    for inc in body:
+                        out.add(inc, src)
+                continue
 
-        # ---- GitHub alerts: "> [!NOTE]" then "> body" -------------------------------------
-        if github:
-            if line.lstrip().startswith(">"):
-                line = re.sub(r"^\s*>\s?", "", line)
-            else:
-                github = False
         if rules.on("admonitions"):
+            # PyMdown block options ("    type: warning") right after the opening line.
+            if options_allowed and _PYMDOWN_OPTION.match(line):
+                continue
+            options_allowed = False
             m = _GITHUB.match(line)
             if m:
                 github = True
@@ -262,60 +343,41 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                 if m.group(2):
                     out.add(m.group(2), src)
                 continue
-            m = _MKDOCS.match(line)
+            m = _MKDOCS.match(line) or _TAB.match(line)
             if m:
-                out.label(_label(m.group(3), m.group(4)), src)
-                mkdocs.append(len(m.group(1)) + 4)
-                stats["admonitions"] = stats.get("admonitions", 0) + 1
+                if m.re is _TAB:
+                    out.label(m.group(2).strip(), src)
+                else:
+                    out.label(_label(m.group(3), m.group(4)), src)
+                    stats["admonitions"] = stats.get("admonitions", 0) + 1
+                mkdocs.append((mkdocs[-1] if mkdocs else 0) + len(m.group(1)) + 4)
                 continue
             m = _PYMDOWN.match(line) or _DOCUSAURUS.match(line)
             if m:
                 marker = m.group(1)
                 if m.group(2) is None:  # a bare fence: closes the innermost block of its kind
-                    if blocks and blocks[-1][0] == marker:
-                        blocks.pop()
-                    elif any(b[0] == marker for b in blocks):
-                        while blocks and blocks[-1][0] != marker:
-                            blocks.pop()
-                        blocks and blocks.pop()
+                    if marker in blocks:
+                        while blocks and blocks.pop() != marker:
+                            pass
+                    out.flush_label(src)  # an empty block: its label stays, on its own line
                     stats["fences_dropped"] = stats.get("fences_dropped", 0) + 1
                     continue
                 title = m.group(3) if m.re is _PYMDOWN else (m.group(3) or m.group(4))
                 out.label(_label(m.group(2), title), src)
-                blocks.append((marker, 0))
+                blocks.append(marker)
+                options_allowed = m.re is _PYMDOWN
                 stats["admonitions"] = stats.get("admonitions", 0) + 1
                 continue
 
-        # ---- includes ----------------------------------------------------------------------
-        if rules.on("includes"):
-            m = _INCLUDE_CURLY.match(line) or _INCLUDE_SNIPPET.match(line)
+        # ---- headings (ATX, and setext: a line underlined with === or ---) ---------------
+        if rules.on("anchors"):
+            m = _HEADING.match(line)
             if m:
-                target = m.group(1)
-                included = _read_include(target, doc_dir, include_root, ingest_root)
-                key = "includes_resolved" if included is not None else "includes_missing"
-                stats[key] = stats.get(key, 0) + 1
-                if included is not None:
-                    curly = m.re is _INCLUDE_CURLY
-                    lang = _LANG.get(Path(target).suffix.lower(), "")
-                    body = included.rstrip("\n").split("\n")
-                    if curly and lang != "":
-                        body = [f"```{lang}", *body, "```"]
-                    for inc in body:
-                        out.add(inc, src)
-                continue
-
-        # ---- headings ----------------------------------------------------------------------
-        m = _HEADING.match(line)
-        if m and rules.on("anchors"):
-            title = m.group(2)
-            a = _ATTRS.search(title)
-            if a:
-                title = title[: a.start()].rstrip()
-                ident = next((t[1:] for t in a.group(1).split() if t.startswith("#")), None)
-                if ident:
-                    cleaned.anchors[" ".join(title.split())] = ident
-                line = f"{m.group(1)} {title}"
-                stats["anchors"] = stats.get("anchors", 0) + 1
+                title = strip_attrs(m.group(2))
+                if title != m.group(2):
+                    line = f"{m.group(1)} {title}"
+            elif line.strip() and i < len(lines) and re.match(r"^\s*(=+|-+)\s*$", lines[i]) and _ATTRS.search(line):
+                line = strip_attrs(line)
 
         # ---- code fences open --------------------------------------------------------------
         f = _FENCE.match(line)

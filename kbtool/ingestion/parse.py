@@ -62,6 +62,7 @@ class ParsedDocument:
     path: str = ""
     metadata: dict = field(default_factory=dict)  # from the document itself (front matter)
     markup_stats: dict = field(default_factory=dict)
+    includes: dict = field(default_factory=dict)  # included file -> sha256
 
     @property
     def text(self) -> str:
@@ -183,6 +184,7 @@ class MarkupContext:
     rules: "object" = None
     ingest_root: Path | None = None
     include_root: Path | None = None
+    excluded: "object" = None  # rel path -> True when ingest excludes it (includes must not read it)
 
 
 def _partition(filetype: str, data: bytes, name: str, encoding: str | None, markup: MarkupContext | None = None,
@@ -196,15 +198,20 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
         source = decode_text(data, name, encoding)
         ctx = markup or MarkupContext()
         cleaned = clean_markdown(source, ctx.rules or MarkupRules(), doc_path=path, ingest_root=ctx.ingest_root,
-                                 include_root=ctx.include_root)
+                                 include_root=ctx.include_root, excluded=ctx.excluded)
         if extra is not None:
             extra["cleaned"] = cleaned
         if not cleaned.text.strip():
-            return []
+            # Only front matter: its title is what the document says.
+            return [Block("title", cleaned.title, [cleaned.title], None, 0, (1, 1))] if cleaned.title else []
         blocks = elements_to_blocks(partition_md(text=cleaned.text))
+        pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
         for b in blocks:
             if b.kind == "title":
-                b.anchor = cleaned.anchors.get(" ".join(b.text.split()))
+                key = " ".join(b.text.split())
+                k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
+                if k is not None:
+                    b.anchor = pending.pop(k)[1]
         locate_lines(blocks, cleaned.text, cleaned.line_map)
         return blocks
     if filetype == "html":
@@ -322,6 +329,7 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
         n = word_line[pos]
         return (line_map[n] if line_map and n < len(line_map) else n + 1)
 
+    starts: list[tuple[Block, int, list[str]]] = []
     cursor = 0
     for b in blocks:
         bw = _WORD.findall(b.text.lower())
@@ -332,11 +340,15 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
             first = find(bw[:1], cursor)
         if first < 0:
             continue
-        last = find(bw[-3:], first)
-        end = (last + len(bw[-3:]) - 1) if last >= 0 else first + len(bw) - 1
-        end = min(end, len(words) - 1)
-        b.lines = (source_line(first), max(source_line(first), source_line(end)))
+        starts.append((b, first, bw))
         cursor = first + 1
+    for n, (b, first, bw) in enumerate(starts):
+        # The block ends before the next one starts, and spans about as many words as it has.
+        limit = min(starts[n + 1][1] if n + 1 < len(starts) else len(words), first + 2 * len(bw) + 8)
+        last = find(bw[-3:], first)
+        end = (last + len(bw[-3:]) - 1) if 0 <= last < limit else min(first + len(bw), limit) - 1
+        end = max(first, min(end, limit - 1, len(words) - 1))
+        b.lines = (source_line(first), max(source_line(first), source_line(end)))
 
 
 def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20,
@@ -369,6 +381,7 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         doc.metadata = dict(cleaned.metadata)
         doc.title = cleaned.title or doc.title
         doc.markup_stats = dict(cleaned.stats)
+        doc.includes = dict(cleaned.includes)
     return doc
 
 

@@ -46,6 +46,7 @@ class IngestReport:
     chunks_written: int = 0
     index: IndexReport | None = None
     markup: dict = field(default_factory=dict)  # counts of what Markdown clean-up did
+    warnings: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -236,6 +237,11 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
     for raw in paths:  # every path is checked before anything is written
         if not Path(raw).exists():
             raise UsageError(f"{raw}: no such file or folder")
+        real = Path(raw).resolve()
+        if options.include_root and options.format != "beir" and not Path(options.include_root).resolve().is_relative_to(
+                real if real.is_dir() else real.parent):
+            raise UsageError(f"--include-root {options.include_root} is outside {raw}: kbtool reads nothing "
+                             "outside the folder it ingests")
     for raw in paths:
         path = Path(raw)
         known = store.document_hashes()
@@ -246,10 +252,6 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
             gone = [d for d, (r, _) in known.items() if r == root]
         else:
             real = path.resolve()
-            if options.include_root and not Path(options.include_root).resolve().is_relative_to(
-                    real if real.is_dir() else real.parent):
-                raise UsageError(f"--include-root {options.include_root} is outside {raw}: kbtool reads nothing "
-                                 "outside the folder it ingests")
             base = _root_for(real, {r for r, _ in known.values() if not r.startswith("beir:")})
             if path.is_file():
                 base = base or real.parent
@@ -291,6 +293,10 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
             gone = sorted(set(gone) - seen)
             store.remove_documents(gone)
             report.removed.extend(gone)
+    for pattern in options.meta_from_path:
+        if not any(path_pattern(pattern).match(d) for d in store.document_ids()):
+            report.warnings.append(f"--meta-from-path {pattern!r} matches no document id (ids look like "
+                                   f"{next(iter(store.document_ids()), 'a/b.md')!r}: relative to the folder ingested)")
     store.manifest["last_ingest"] = now_iso()
     store.save_manifest()
     if options.parse_only:
@@ -325,7 +331,10 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
     else:
         data, mtime = read_file(src.path, options.max_file_size)
         sha = sha256_bytes(data)
-    if prev and prev[1] == fingerprint(sha, meta_json, opts_json):
+    # The run's --meta and parse options are stored with the document: the same file, metadata and
+    # options is unchanged — unless a file it includes changed.
+    stored_opts = json.dumps({**json.loads(opts_json), "meta": json.loads(meta_json)}, sort_keys=True)
+    if prev and prev[1] == fingerprint(sha, "", stored_opts) and not _includes_changed(store, src.doc_id):
         return "unchanged"
     if src.beir is not None:
         doc: ParsedDocument = beir_document(src.doc_id, src.beir["title"], src.beir["text"], sha)
@@ -340,14 +349,32 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         include_root = Path(options.include_root).resolve() if options.include_root else ingest_root
         doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size,
                          data=data, mtime=mtime,
-                         markup=MarkupContext(MarkupRules.parse(options.markup_off), ingest_root, include_root))
+                         markup=MarkupContext(MarkupRules.parse(options.markup_off), ingest_root, include_root,
+                                              lambda rel: any(fnmatch.fnmatch(rel, p) for p in options.exclude)))
         if report is not None:
             for k, v in doc.markup_stats.items():
                 report.markup[k] = report.markup.get(k, 0) + v
     # The document's own metadata (front matter), then the path's, then the run's --meta win.
     metadata = {**doc.metadata, **path_metadata(src.doc_id, options.meta_from_path), **json.loads(meta_json)}
-    store.put_document(doc, root, metadata, json.loads(opts_json))
+    stored = json.loads(stored_opts)
+    if doc.includes:
+        stored["includes"] = doc.includes
+    store.put_document(doc, root, metadata, stored)
     return "updated" if prev else "added"
+
+
+def _includes_changed(store: Store, doc_id: str) -> bool:
+    """Whether a file this document included is gone or different since it was parsed."""
+    import hashlib
+
+    for path, sha in store.document_options(doc_id).get("includes", {}).items():
+        try:
+            body = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return True
+        if hashlib.sha256(body.encode("utf-8")).hexdigest() != sha:
+            return True
+    return False
 
 
 def chunk(store: Store, params: ChunkParams | None = None, *, embedder=None, all_documents: bool = False,

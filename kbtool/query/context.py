@@ -13,13 +13,15 @@ def url_for(doc_id: str, anchor: str | None, base_url: str | None) -> str:
         return ""
     page = next((doc_id[: -len(ext)] for ext in (".md", ".markdown", ".html", ".htm")
                  if doc_id.lower().endswith(ext)), None)
+    from urllib.parse import quote
+
     if page is None:  # a PDF, DOCX, ...: published as the file itself
-        return base_url.rstrip("/") + "/" + doc_id
+        return base_url.rstrip("/") + "/" + quote(doc_id)
     if page == "index" or page.endswith("/index"):
         page = page[: -len("index")]
-    page = page.strip("/")
+    page = quote(page.strip("/"))
     url = base_url.rstrip("/") + "/" + (page + "/" if page else "")
-    return url + (f"#{anchor}" if anchor else "")
+    return url + (f"#{quote(anchor)}" if anchor else "")
 
 
 def citation(hit, base_url: str | None = None) -> str:

@@ -296,8 +296,17 @@ class Store:
     # ---- documents -----------------------------------------------------------------------
     def document_hashes(self) -> dict[str, tuple[str, str, str]]:
         """doc_id -> (root, fingerprint): the fingerprint changes with content, metadata or parse options."""
-        rows = self.db.execute("SELECT doc_id, sha256, root, metadata, options FROM documents")
-        return {r["doc_id"]: (r["root"], fingerprint(r["sha256"], r["metadata"], r["options"])) for r in rows}
+        rows = self.db.execute("SELECT doc_id, sha256, root, options FROM documents")
+        return {r["doc_id"]: (r["root"], fingerprint(r["sha256"], "", _without(r["options"], "includes")))
+                for r in rows}
+
+    def document_options(self, doc_id: str) -> dict:
+        """The parse options stored with a document (run metadata, markup rules, includes)."""
+        row = self.db.execute("SELECT options FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
+        try:
+            return json.loads(row[0]) if row else {}
+        except ValueError:
+            return {}
 
     def put_document(self, doc: ParsedDocument, root: str, metadata: dict | None = None,
                      options: dict | None = None) -> None:
@@ -675,13 +684,22 @@ class _Transaction:
 
 
 def check_metadata_keys(metadata: dict) -> None:
-    bad = RESERVED_META & set(metadata)
+    bad = (RESERVED_META & set(metadata)) | {k for k in metadata if str(k).startswith("chroma:")}
     if bad:
         raise UsageError(f"--meta key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
 
 
 def fingerprint(sha256: str, metadata: str, options: str) -> str:
     return f"{sha256}|{metadata}|{options}"
+
+
+def _without(options_json: str, key: str) -> str:
+    try:
+        data = json.loads(options_json or "{}")
+    except ValueError:
+        return options_json
+    data.pop(key, None)
+    return json.dumps(data, sort_keys=True)
 
 
 def _describe(holder: dict) -> str:
