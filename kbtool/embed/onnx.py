@@ -26,8 +26,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError
-from .base import EmbeddingSpec, Progress, file_fingerprint, normalise, resolve_model_path
-from .st import LocalTokenizerMixin, load_sentence_transformer, model_max_tokens
+from .base import EmbeddingSpec, file_fingerprint, normalise, resolve_model_path
+from .st import LocalEmbedderBase, load_sentence_transformer, model_max_tokens
 
 log = logging.getLogger("kbtool")
 
@@ -192,7 +192,7 @@ def _lowercases(model_path: Path) -> bool:
         return False
 
 
-class OnnxEmbedder(LocalTokenizerMixin):
+class OnnxEmbedder(LocalEmbedderBase):
     """The model run by ONNX Runtime from its verified export."""
 
     runtime = "onnx"
@@ -213,22 +213,8 @@ class OnnxEmbedder(LocalTokenizerMixin):
     def dim(self) -> int:
         return int(self.meta["dim"])
 
-    def _encode(self, texts: list[str], progress: Progress | None = None) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        # Sorted by length so each batch pads little.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            out[idx] = self._runner.run([texts[i] for i in idx])
-            if progress:
-                progress(len(idx))
-        return normalise(out)
-
-    def embed(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
-        return self._encode([self.spec.passage_prefix + t for t in texts], progress)
-
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.spec.query_prefix + t for t in texts])
+    def _run_batch(self, texts: list[str]) -> np.ndarray:
+        return self._runner.run(texts)
 
     def for_bulk(self, n: int):
         """The embedder for ``n`` passages: torch for big runs (faster per text, verified to give

@@ -42,8 +42,8 @@ def load_sentence_transformer(path: Path, device: str = "cpu"):
         raise ModelError(f"could not load embedding model from {path}: {exc}") from exc
 
 
-class LocalTokenizerMixin:
-    """Token counting from the model's tokenizer.json alone (no torch)."""
+class LocalEmbedderBase:
+    """What the local runtimes share: token counting from tokenizer.json alone (no torch), batching."""
 
     spec: EmbeddingSpec
     path: Path
@@ -62,8 +62,32 @@ class LocalTokenizerMixin:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(self.spec.passage_prefix + text, add_special_tokens=True).ids)
 
+    # Batching shared by the local runtimes; each supplies _run_batch(texts) -> vectors.
+    batch_size: int
+    dim: int
 
-class SentenceTransformerEmbedder(LocalTokenizerMixin):
+    def _run_batch(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _encode(self, texts: list[str], progress: Progress | None = None) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # Sort by length so each batch pads little; restore order on the way out.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            out[idx] = self._run_batch([texts[i] for i in idx])
+            if progress:
+                progress(len(idx))
+        return normalise(out)
+
+    def embed(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        return self._encode([self.spec.passage_prefix + t for t in texts], progress)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode([self.spec.query_prefix + t for t in texts])
+
+
+class SentenceTransformerEmbedder(LocalEmbedderBase):
     """A sentence-transformers model run by torch."""
 
     runtime = "torch"
@@ -85,26 +109,6 @@ class SentenceTransformerEmbedder(LocalTokenizerMixin):
     def _model(self):
         return load_sentence_transformer(self.path, self.device)
 
-    def _encode(self, texts: list[str], progress: Progress | None = None) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        # Sort by length so each batch pads little; restore order on the way out.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            vecs = self._model.encode(
-                [texts[i] for i in idx],
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-            out[idx] = vecs
-            if progress:
-                progress(len(idx))
-        return normalise(out)
-
-    def embed(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
-        return self._encode([self.spec.passage_prefix + t for t in texts], progress)
-
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.spec.query_prefix + t for t in texts])
+    def _run_batch(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
