@@ -340,3 +340,44 @@ def test_base_url_is_quoted():
     assert url_for("manual/a.pdf", None, "https://x.org") == "https://x.org/manual/a.pdf"
     r = run("query", "x", "--base-url", "docs.example.com", "--store", "/nonexistent")
     assert r.exit_code == 2 and "--base-url" in r.output
+
+
+def test_second_review_cases(tmp_path):
+    def clean(text, **kw):
+        return clean_markdown(text, **kw).text.split("\n")
+
+    out = clean('!!! note "Empty"\n\nNext paragraph.')
+    assert "Note: Empty" in out and "Next paragraph." in out  # a title-only admonition: not glued to the next
+    assert "Note: T: Body with a tab." in clean('!!! note "T"\n\tBody with a tab.')
+    out = clean("> [!NOTE]\n> ```py\n> code\n\n## Later {#later}\n\n!!! tip\n    tip body")
+    assert "## Later" in out and "Tip: tip body" in out  # an unterminated fence ends with its alert
+    out = clean("!!! note\n    | a | b |\n    |---|---|\n    | 1 | 2 |")
+    assert out[:2] == ["Note:", "| a | b |"]
+    assert "```inline``` text" in clean("```inline``` text\n\n## H {#h}") and "## H" in clean("```inline``` text\n\n## H {#h}")
+    c = clean_markdown("## The `--flag` option {#flag}\n\ntext\n\n## [Link](http://x) title {#lnk}\n\nmore\n")
+    assert ("The --flag option", "flag") in c.anchors and ("Link title", "lnk") in c.anchors
+    assert "Intro: with a colon." in clean("---\nIntro: with a colon.\nand: [unclosed\n---\n\nBody.\n")
+
+    # A snippet inside a code fence is pasted verbatim; a missing include is noticed once it exists.
+    write(tmp_path / "example.md", "# Title {#t}\n\n!!! note\n    body\n")
+    doc = write(tmp_path / "d.md", '# D\n\n```markdown\n--8<-- "example.md"\n```\n\n--8<-- "later.md"\n')
+    c = clean_markdown(doc.read_text(), doc_path=doc, ingest_root=tmp_path)
+    assert "# Title {#t}" in c.text and "!!! note" in c.text and ("Title", "t") not in c.anchors
+    assert c.includes[str((tmp_path / "later.md").resolve())] == ""
+
+    kb = tmp_path / "kb"
+    r = run("ingest", tmp_path, "--store", kb, "--json", "--exclude", "kb/*")
+    assert r.exit_code == 0, r.output
+    write(tmp_path / "later.md", "Later text arrives: quokka.\n")
+    r = run("ingest", tmp_path, "--store", kb, "--json", "--exclude", "kb/*")
+    assert "d.md" in json.loads(r.stdout)["updated"]
+
+
+def test_anchor_of_a_heading_with_inline_markup_reaches_the_chunk(tmp_path):
+    write(tmp_path / "d" / "a.md", "# Top\n\n## The `--flag` option {#flag}\n\nUse the flag wisely, ocelot.\n")
+    write(tmp_path / "d" / "b.md", "# Other\n\nNothing here.\n")
+    write(tmp_path / "d" / "c.md", "# Third\n\nStill nothing.\n")
+    r = run("ingest", tmp_path / "d", "--store", tmp_path / "kb", "-q")
+    assert r.exit_code == 0, r.output
+    r = run("query", "ocelot", "--store", tmp_path / "kb", "-m", "bm25", "--json")
+    assert json.loads(r.stdout)["hits"][0]["anchor"] == "flag"

@@ -114,7 +114,7 @@ class _Out:
         if self.pending_label is not None and line.strip():
             stripped = line.lstrip()
             indent = line[: len(line) - len(stripped)]
-            m = re.match(r"^([-*+]\s+|\d+[.)]\s+|#{1,6}\s+|>\s*)", stripped)
+            m = re.match(r"^([-*+]\s+|\d+[.)]\s+|#{1,6}\s+|>\s*|\|)", stripped)
             if m or _FENCE.match(line):  # a list, heading or code first: the label stands just before it
                 self.lines.append(indent + self.pending_label + ":")
                 self.src.append(src)
@@ -163,7 +163,7 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
         data = yaml.load("\n".join(lines[1:end]), Loader=yaml.BaseLoader)
     except yaml.YAMLError:
         cleaned.stats["front_matter_invalid"] = 1
-        return end + 1
+        return 0  # not YAML: a rule around ordinary text, kept as text
     if not isinstance(data, dict):
         return 0  # "---" lines around ordinary text (a rule, a paragraph): not front matter
     if True:
@@ -182,11 +182,14 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
 
 
 def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, ingest_root: Path | None,
-                  excluded=None) -> tuple[Path, str] | None:
+                  excluded=None, missing: list | None = None) -> tuple[Path, str] | None:
     """(path, text) of an included file, only when it lies under the ingest root, is not hidden
-    and is not excluded from the ingest (the same rules as the files ingest reads)."""
+    and is not excluded from the ingest (the same rules as the files ingest reads). Paths that do
+    not exist (yet) are added to ``missing``, so a later ingest notices when they appear."""
     if ingest_root is None:
         return None
+    if ":" in target and not re.match(r"^[A-Za-z]:[\\/]", target):  # pymdownx "file.md:section", "f.py:3:5"
+        target = target.split(":", 1)[0]
     for base in (doc_dir, include_root):
         if base is None:
             continue
@@ -194,7 +197,11 @@ def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, 
             path = (base / target).resolve()
         except (OSError, ValueError):
             continue
-        if not path.is_relative_to(ingest_root) or not path.is_file():
+        if not path.is_relative_to(ingest_root):
+            continue
+        if not path.is_file():
+            if missing is not None:
+                missing.append(str(path))
             continue
         rel = path.relative_to(ingest_root)
         if any(part.startswith(".") for part in rel.parts) or (excluded and excluded(rel.as_posix())):
@@ -202,10 +209,18 @@ def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, 
         try:
             if path.stat().st_size > INCLUDE_MAX_BYTES:
                 return None
-            return path, path.read_text(encoding="utf-8", errors="replace")
+            return path, path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
         except OSError:
             return None
     return None
+
+
+def plain_heading(text: str) -> str:
+    """A heading as the parser renders it: links to their text, no code/emphasis marks, entities
+    decoded, whitespace collapsed (anchors are matched on this)."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = html.unescape(re.sub(r"[`*_~]", "", text))
+    return " ".join(text.split())
 
 
 def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: Path | None = None,
@@ -215,18 +230,21 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
     stats = cleaned.stats
     text = text.replace("\r\n", "\n")
 
-    def include(target: str):
+    def include(target: str, in_code: bool = False):
         """The text to put in place of an include directive (None: missing), counted."""
-        found = _read_include(target, doc_dir, include_root, ingest_root, excluded)
+        missing: list[str] = []
+        found = _read_include(target, doc_dir, include_root, ingest_root, excluded, missing)
         key = "includes_resolved" if found is not None else "includes_missing"
         stats[key] = stats.get(key, 0) + 1
         if found is None:
+            for path in missing:  # "" = absent: a later ingest re-parses when it appears
+                cleaned.includes.setdefault(path, "")
             return None
         path, body = found
         import hashlib
 
         cleaned.includes[str(path)] = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        if path.suffix.lower() in (".md", ".markdown") and _depth < 3:  # a Markdown snippet: cleaned too
+        if not in_code and path.suffix.lower() in (".md", ".markdown") and _depth < 3:  # a Markdown snippet: cleaned too
             inner = clean_markdown(body, rules, doc_path=path, ingest_root=ingest_root, include_root=include_root,
                                    excluded=excluded, _depth=_depth + 1)
             cleaned.includes.update(inner.includes)
@@ -246,6 +264,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
 
     fence: tuple[str, str] | None = None  # (marker, language) while inside a code block
     fence_lines = 0
+    fence_in = (False, 0)  # (opened inside a GitHub alert, MkDocs depth) of the open fence
     blocks: list[str] = []  # open PyMdown / Docusaurus fence markers
     options_allowed = False  # just after a PyMdown opener: its indented "key: value" option lines
     mkdocs: list[int] = []  # indents of open MkDocs admonition / content tab bodies
@@ -259,7 +278,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
         ident = next((t[1:] for t in a.group(1).split() if t.startswith("#")), None)
         title = title[: a.start()].rstrip()
         if ident:
-            cleaned.anchors.append((" ".join(title.split()), ident))
+            cleaned.anchors.append((plain_heading(title), ident))
         stats["anchors"] = stats.get("anchors", 0) + 1
         return title
 
@@ -273,10 +292,18 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                 line = re.sub(r"^\s*>\s?", "", line)
             else:
                 github = False
+                if fence is not None and fence_in[0]:
+                    fence = None  # a fence left open inside the alert ends with it
         # ---- MkDocs admonition / tab bodies end at the first line indented less -----------
-        if fence is None:
+        if mkdocs and line[:1] == "\t" or (mkdocs and line.startswith(" ") and "\t" in line[: mkdocs[-1]]):
+            body = line.lstrip(" \t")
+            line = line[: len(line) - len(body)].expandtabs(4) + body  # Python-Markdown: a tab is 4 spaces
+        if fence is None or fence_in[1]:
             while mkdocs and line.strip() and (len(line) - len(line.lstrip())) < mkdocs[-1]:
+                if fence is not None and len(mkdocs) <= fence_in[1]:
+                    fence = None  # a fence left open inside the admonition ends with it
                 mkdocs.pop()
+                out.flush_label(src)  # an admonition with a title and no body keeps its label apart
         if mkdocs:
             line = line[mkdocs[-1]:] if line[: mkdocs[-1]].strip() == "" else line.lstrip()
 
@@ -291,7 +318,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
             if rules.on("includes"):
                 m = _INCLUDE_SNIPPET.match(line)
                 if m:
-                    for inc in include(m.group(1)) or []:
+                    for inc in include(m.group(1), in_code=True) or []:
                         out.add(inc, src)
                     continue
             fence_lines += 1
@@ -381,8 +408,9 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
 
         # ---- code fences open --------------------------------------------------------------
         f = _FENCE.match(line)
-        if f:
+        if f and not (f.group(2)[0] == "`" and "`" in line[f.end(2):]):  # ```inline``` text is no fence
             fence = (f.group(2), f.group(3).lower())
+            fence_in = (github, len(mkdocs))
             fence_lines = 0
         out.add(line, src)
 

@@ -205,10 +205,12 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
             # Only front matter: its title is what the document says.
             return [Block("title", cleaned.title, [cleaned.title], None, 0, (1, 1))] if cleaned.title else []
         blocks = elements_to_blocks(partition_md(text=cleaned.text))
+        from .markup import plain_heading
+
         pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
         for b in blocks:
             if b.kind == "title":
-                key = " ".join(b.text.split())
+                key = plain_heading(b.text)
                 k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
                 if k is not None:
                     b.anchor = pending.pop(k)[1]

@@ -368,8 +368,12 @@ def _includes_changed(store: Store, doc_id: str) -> bool:
     import hashlib
 
     for path, sha in store.document_options(doc_id).get("includes", {}).items():
+        if sha == "":  # missing when parsed: changed once it exists
+            if Path(path).is_file():
+                return True
+            continue
         try:
-            body = Path(path).read_text(encoding="utf-8", errors="replace")
+            body = Path(path).read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
         except OSError:
             return True
         if hashlib.sha256(body.encode("utf-8")).hexdigest() != sha:
