@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from .errors import UsageError as InputError
@@ -164,7 +164,7 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
     # unless it is all the document has.
     kept = [d for d in drafts if not _prefix_only(d)]
     if kept and len(kept) < len(drafts):
-        drafts = [ChunkDraft(i, *astuple_rest(d)) for i, d in enumerate(kept)]
+        drafts = [replace(d, ordinal=i) for i, d in enumerate(kept)]
     return drafts
 
 
@@ -176,21 +176,18 @@ def _prefix_only(d: ChunkDraft) -> bool:
     return words == re.findall(r"\w+", last.lower()) or words == re.findall(r"\w+", d.prefix.split(SEP)[-1].lower())
 
 
-def astuple_rest(d: ChunkDraft) -> tuple:
-    return (d.text, d.prefix, d.section_path, d.page, d.char_start, d.char_end, d.n_tokens, d.line_start,
-            d.line_end, d.anchor)
-
-
 def _piece_lines(unit: _Unit, offset: int, length: int) -> tuple[int, int] | None:
     """Lines of a piece of a unit: the unit's line range, shared out by the newlines before it
     (exact for code and plain text, an estimate where rendering joined lines)."""
     if not unit.lines:
         return None
     first, last = unit.lines
-    total = max(1, unit.text.count("\n"))
+    total = unit.text.count("\n")
+    if not total:
+        return (first, last)
     span = last - first
-    a = first + round(span * unit.text.count("\n", 0, offset) / total) if unit.text.count("\n") else first
-    b = first + round(span * unit.text.count("\n", 0, offset + length) / total) if unit.text.count("\n") else last
+    a = first + round(span * unit.text.count("\n", 0, offset) / total)
+    b = first + round(span * unit.text.count("\n", 0, offset + length) / total)
     return (min(a, last), min(max(a, b), last))
 
 

@@ -61,8 +61,7 @@ def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=Non
         return None
     if model is None and kb is not None:
         base = kb.embedding_spec()
-        extra = parse_model(base.model if base.backend == "local" else f"openai:{base.url}#{base.model[7:]}",
-                            max_tokens=max_tokens, tokenizer=tokenizer)
+        extra = parse_model(base.model_arg, max_tokens=max_tokens, tokenizer=tokenizer)
         if input_type and not base.input_type:  # the server adds the prefixes from now on
             query_prefix = "" if query_prefix is None else query_prefix
             passage_prefix = "" if passage_prefix is None else passage_prefix

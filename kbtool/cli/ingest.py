@@ -98,7 +98,7 @@ def _render(report, store_path, quiet: bool) -> None:
     m = report.markup
     if m:
         parts = [f"{m[k]} {label}" for k, label in (
-            ("front_matter_invalid", "invalid front matter block(s) dropped"), ("anchors", "heading anchors"),
+            ("front_matter_invalid", "'---' block(s) that are not YAML (kept as text)"), ("anchors", "heading anchors"),
             ("admonitions", "admonitions"), ("includes_resolved", "includes resolved"),
             ("includes_missing", "includes missing (removed)"), ("code_html_lines", "code lines stripped of HTML"),
             ("diagram_lines_dropped", "diagram lines dropped")) if m.get(k)]

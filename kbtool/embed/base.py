@@ -76,10 +76,14 @@ class EmbeddingSpec:
         return (self.model + (f"|passage:{self.passage_prefix}" if self.passage_prefix else "")
                 + ("|input_type" if self.input_type else ""))
 
+    @property
+    def model_arg(self) -> str:
+        """What ``--model`` takes for this model: its id, or ``openai:URL#name`` for an endpoint."""
+        return f"openai:{self.url}#{self.model[len(HTTP_SCHEME):]}" if self.backend == "http" else self.model
+
     def cli(self) -> str:
         """The options that recreate this spec, for messages: ``--model X [--input-type] ...``."""
-        model = f"openai:{self.url}#{self.model[len(HTTP_SCHEME):]}" if self.backend == "http" else self.model
-        parts = [f"--model {_quote(model)}"]
+        parts = [f"--model {_quote(self.model_arg)}"]
         dq, dp = ("", "") if self.input_type else default_prefixes(self.model)
         if self.query_prefix != dq:
             parts.append(f"--query-prefix {_quote(self.query_prefix)}")

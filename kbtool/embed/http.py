@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError, UsageError
-from .base import HTTP_MAX_TOKENS, ApproxTokenizer, EmbeddingSpec, Progress, load_tokenizer_file, normalise
+from .base import HTTP_MAX_TOKENS, EmbeddingSpec, Progress, normalise
 
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 PASSAGE_TIMEOUT, QUERY_TIMEOUT = 120.0, 15.0  # seconds per request: a question must not hang a shell
@@ -65,7 +65,9 @@ class HttpEmbedder:
     # ---- sizes -------------------------------------------------------------------------
     @cached_property
     def tokenizer(self):
-        return load_tokenizer_file(self.spec.tokenizer) if self.spec.tokenizer else ApproxTokenizer()
+        from . import load_tokenizer
+
+        return load_tokenizer(self.spec)
 
     @property
     def max_tokens(self) -> int:

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelError
-from .base import DEFAULT_MODEL, EmbeddingSpec, Progress, load_tokenizer_file, normalise, parse_model, resolve_model_path
+from .base import DEFAULT_MODEL, EmbeddingSpec, Progress, normalise, parse_model, resolve_model_path
 
 
 def model_max_tokens(path: Path) -> int:
@@ -50,10 +50,9 @@ class LocalEmbedderBase:
 
     @cached_property
     def tokenizer(self):
-        file = self.path / "tokenizer.json"
-        if not file.exists():
-            raise ModelError(f"{self.path} has no tokenizer.json: it is not a sentence-transformers model folder")
-        return load_tokenizer_file(file)
+        from . import load_tokenizer
+
+        return load_tokenizer(self.spec)
 
     @cached_property
     def max_tokens(self) -> int:

@@ -166,18 +166,17 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
         return 0  # not YAML: a rule around ordinary text, kept as text
     if not isinstance(data, dict):
         return 0  # "---" lines around ordinary text (a rule, a paragraph): not front matter
-    if True:
-        for key, value in data.items():
-            key = str(key).strip()
-            text = _scalar(value)
-            if not key or text is None:
-                continue
-            if key == "title":
-                cleaned.title = text
-            if key in RESERVED or key.startswith("chroma:"):
-                cleaned.stats["front_matter_reserved"] = cleaned.stats.get("front_matter_reserved", 0) + 1
-                continue
-            cleaned.metadata[key] = text
+    for key, value in data.items():
+        key = str(key).strip()
+        text = _scalar(value)
+        if not key or text is None:
+            continue
+        if key == "title":
+            cleaned.title = text
+        if key in RESERVED or key.startswith("chroma:"):
+            cleaned.stats["front_matter_reserved"] = cleaned.stats.get("front_matter_reserved", 0) + 1
+            continue
+        cleaned.metadata[key] = text
     return end + 1
 
 

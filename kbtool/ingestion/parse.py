@@ -13,6 +13,8 @@ unstructured does the parsing. Two deliberate departures, both for offline use:
 
 from __future__ import annotations
 
+import bisect
+
 import hashlib
 import io
 import re
@@ -193,7 +195,7 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
     if filetype == "md":
         from unstructured.partition.md import partition_md
 
-        from .markup import MarkupRules, clean_markdown
+        from .markup import MarkupRules, clean_markdown, plain_heading
 
         source = decode_text(data, name, encoding)
         ctx = markup or MarkupContext()
@@ -205,8 +207,6 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
             # Only front matter: its title is what the document says.
             return [Block("title", cleaned.title, [cleaned.title], None, 0, (1, 1))] if cleaned.title else []
         blocks = elements_to_blocks(partition_md(text=cleaned.text))
-        from .markup import plain_heading
-
         pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
         for b in blocks:
             if b.kind == "title":
@@ -316,8 +316,6 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
 
     def find(seq: list[str], start: int) -> int:
         """First position >= start where ``seq`` occurs (up to 3 words), or -1."""
-        import bisect
-
         if not seq:
             return -1
         cands = index.get(seq[0], [])

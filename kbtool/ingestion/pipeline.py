@@ -293,10 +293,11 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
             gone = sorted(set(gone) - seen)
             store.remove_documents(gone)
             report.removed.extend(gone)
+    doc_ids = store.document_ids() if options.meta_from_path else []
     for pattern in options.meta_from_path:
-        if not any(path_pattern(pattern).match(d) for d in store.document_ids()):
+        if not any(path_pattern(pattern).match(d) for d in doc_ids):
             report.warnings.append(f"--meta-from-path {pattern!r} matches no document id (ids look like "
-                                   f"{next(iter(store.document_ids()), 'a/b.md')!r}: relative to the folder ingested)")
+                                   f"{next(iter(doc_ids), 'a/b.md')!r}: relative to the folder ingested)")
     store.manifest["last_ingest"] = now_iso()
     store.save_manifest()
     if options.parse_only:
@@ -334,7 +335,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
     # The run's --meta and parse options are stored with the document: the same file, metadata and
     # options is unchanged — unless a file it includes changed.
     stored_opts = json.dumps({**json.loads(opts_json), "meta": json.loads(meta_json)}, sort_keys=True)
-    if prev and prev[1] == fingerprint(sha, "", stored_opts) and not _includes_changed(store, src.doc_id):
+    if prev and prev[1] == fingerprint(sha, stored_opts) and not _includes_changed(store, src.doc_id):
         return "unchanged"
     if src.beir is not None:
         doc: ParsedDocument = beir_document(src.doc_id, src.beir["title"], src.beir["text"], sha)

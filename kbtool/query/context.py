@@ -30,22 +30,25 @@ def citation(hit, base_url: str | None = None) -> str:
     if url:
         return url
     if hit.line_start:
-        end = f"-{hit.line_end}" if hit.line_end and hit.line_end != hit.line_start else ""
-        return f"{hit.doc_id}:{hit.line_start}{end}"
+        return hit.doc_id + _lines(hit)
     if hit.page:
         return f"{hit.doc_id} p.{hit.page}"
     return hit.doc_id
 
 
+def _lines(hit) -> str:
+    """``:12`` or ``:12-18`` (empty without lines)."""
+    if not hit.line_start:
+        return ""
+    return f":{hit.line_start}" + (f"-{hit.line_end}" if hit.line_end and hit.line_end != hit.line_start else "")
+
+
 def _fields(n: int, hit, base_url: str | None = None) -> dict:
-    lines = ""
-    if hit.line_start:
-        lines = f":{hit.line_start}" + (f"-{hit.line_end}" if hit.line_end and hit.line_end != hit.line_start else "")
     return {
         "n": n, "source": hit.doc_id, "doc_id": hit.doc_id, "title": hit.title,
         "section_path": hit.section_path or hit.title, "page": f" p.{hit.page}" if hit.page else "",
         "text": hit.text.strip(), "confidence": f"{hit.confidence:.2f}", "chunk_id": hit.chunk_id,
-        "citation": citation(hit, base_url), "lines": lines, "anchor": hit.anchor or "",
+        "citation": citation(hit, base_url), "lines": _lines(hit), "anchor": hit.anchor or "",
         "url": url_for(hit.doc_id, hit.anchor, base_url),
     }
 

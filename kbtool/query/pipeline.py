@@ -147,21 +147,24 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     allowed, docs = set(), set()
     doc_chunks: dict[str, int] = {}
     hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
-    values: dict[str, dict[str, int]] = {f.key: {} for f in parsed}
     for chunk_id, doc_id, meta in store.chunk_metadata():
         doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + 1
         if not visible(meta):
             continue
         ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
-        for i, f in enumerate(parsed):
-            hit_by[i] += ok[i]
-            if f.key in meta:
-                v = str(meta[f.key])
-                values[f.key][v] = values[f.key].get(v, 0) + 1
+        for i, matched in enumerate(ok):
+            hit_by[i] += matched
         if all(ok):
             allowed.add(chunk_id)
             docs.add(doc_id)
-    warnings = [_no_match(f, values[f.key]) for f, n in zip(parsed, hit_by) if n == 0]
+    warnings = []
+    for f, n in zip(parsed, hit_by):
+        if n == 0:  # rare: the values the key has, among the chunks this caller may see
+            seen: dict[str, int] = {}
+            for _, _, meta in store.chunk_metadata():
+                if visible(meta) and f.key in meta:
+                    seen[str(meta[f.key])] = seen.get(str(meta[f.key]), 0) + 1
+            warnings.append(_no_match(f, seen))
     # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
     # are dropped after the search, so the dense search must look that much deeper.
     extra = sum(doc_chunks[d] for d in docs) - len(allowed)

@@ -294,11 +294,11 @@ class Store:
             raise StoreError(f"the indexes of {self.path} are behind its catalog: run `kbtool index`")
 
     # ---- documents -----------------------------------------------------------------------
-    def document_hashes(self) -> dict[str, tuple[str, str, str]]:
-        """doc_id -> (root, fingerprint): the fingerprint changes with content, metadata or parse options."""
+    def document_hashes(self) -> dict[str, tuple[str, str]]:
+        """doc_id -> (root, fingerprint): the fingerprint changes with content, the run's metadata or
+        parse options (both stored in ``options``)."""
         rows = self.db.execute("SELECT doc_id, sha256, root, options FROM documents")
-        return {r["doc_id"]: (r["root"], fingerprint(r["sha256"], "", _without(r["options"], "includes")))
-                for r in rows}
+        return {r["doc_id"]: (r["root"], fingerprint(r["sha256"], _without(r["options"], "includes"))) for r in rows}
 
     def document_options(self, doc_id: str) -> dict:
         """The parse options stored with a document (run metadata, markup rules, includes)."""
@@ -563,14 +563,15 @@ class Store:
         """chunk_id -> cached vector of the store's model, for these chunks (or every chunk)."""
         q = ("SELECT c.chunk_id, e.vector FROM chunks c"
              " JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?")
+        key = self.embedding_spec().cache_key
         if chunk_ids is None:
-            rows = self.db.execute(q, (self.embedding_spec().cache_key,)).fetchall()
+            rows = self.db.execute(q, (key,)).fetchall()
         else:
             rows = []
             for start in range(0, len(chunk_ids), 500):
                 part = chunk_ids[start : start + 500]
                 rows += self.db.execute(q + f" WHERE c.chunk_id IN ({','.join('?' * len(part))})",
-                                        [self.embedding_spec().cache_key, *part]).fetchall()
+                                        [key, *part]).fetchall()
         return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
 
     def embedding_texts(self) -> list[str]:
@@ -689,8 +690,8 @@ def check_metadata_keys(metadata: dict) -> None:
         raise UsageError(f"--meta key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
 
 
-def fingerprint(sha256: str, metadata: str, options: str) -> str:
-    return f"{sha256}|{metadata}|{options}"
+def fingerprint(sha256: str, options: str) -> str:
+    return f"{sha256}|{options}"
 
 
 def _without(options_json: str, key: str) -> str:
