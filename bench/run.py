@@ -42,13 +42,12 @@ def ann_recall(store, queries: list[str], embedder, ks=(10, 100)) -> dict:
     ids = [cid for cid, _ in rows]
     matrix = np.stack([vec for _, vec in rows])
     qv = embedder.embed_queries(queries)
-    col = store.collection()
     out = {}
     kmax = max(ks)
-    res = col.query(query_embeddings=qv, n_results=kmax, include=[])
+    found = [[cid for cid, _ in hits] for hits in store.vectors.search(qv, kmax)]
     exact = np.argsort(-(qv @ matrix.T), axis=1)[:, :kmax]
     for k in ks:
-        rec = [len(set(res["ids"][i][:k]) & {ids[j] for j in exact[i][:k]}) / k for i in range(len(queries))]
+        rec = [len(set(found[i][:k]) & {ids[j] for j in exact[i][:k]}) / k for i in range(len(queries))]
         out[f"recall@{k}"] = round(float(np.mean(rec)), 4)
     return out
 
@@ -80,7 +79,8 @@ def main() -> None:
     results["runtime"] = embedder.runtime
 
     # The chunk texts exactly as index embeds them, from a scratch store (parse + chunk only).
-    from kbtool.ingestion.pipeline import chunk, index
+    from kbtool.chunk import chunk
+    from kbtool.index import index
     shutil.rmtree(out_dir / "scratch-kb", ignore_errors=True)
     scratch = Store.open(out_dir / "scratch-kb", create=True)
     ingest(scratch, [dataset], IngestOptions(format="beir", parse_only=True))

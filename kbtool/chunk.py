@@ -10,12 +10,14 @@ so the default size fits the model's window and no text is silently invisible to
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from .errors import UsageError as InputError
-from .ingestion.parse import Block
+from .document import Block, embed_text
+from .errors import UsageError
 
 Counter = Callable[[str], int]
 SEP = " > "
@@ -33,11 +35,11 @@ class ChunkParams:
         hard_max = self.hard_max or 2 * size
         overlap = min(32, size // 4) if self.overlap is None else self.overlap
         if size < 16:
-            raise InputError(f"--size {size} is too small: use at least 16 tokens")
+            raise UsageError(f"--size {size} is too small: use at least 16 tokens")
         if not 0 <= overlap < size // 2:
-            raise InputError(f"--overlap {overlap} must be between 0 and half of --size ({size})")
+            raise UsageError(f"--overlap {overlap} must be between 0 and half of --size ({size})")
         if hard_max < size:
-            raise InputError(f"--hard-max {hard_max} must be at least --size ({size})")
+            raise UsageError(f"--hard-max {hard_max} must be at least --size ({size})")
         return ChunkParams(size, overlap, hard_max, self.prefix)
 
     def to_dict(self) -> dict:
@@ -65,11 +67,6 @@ class ChunkDraft:
     @property
     def content_hash(self) -> str:
         return hashlib.sha256(self.embed_text.encode("utf-8")).hexdigest()
-
-
-def embed_text(prefix: str, text: str) -> str:
-    """What is embedded and BM25-indexed for a chunk: its title/section prefix, then its text."""
-    return f"{prefix}\n\n{text}" if prefix else text
 
 
 def make_prefix(title: str, section: list[str]) -> str:
@@ -216,3 +213,54 @@ def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> lis
         out.append((piece, off, len(piece)))
         cursor = off + 1
     return out
+
+
+# ---- chunking what the store holds ----------------------------------------------------------
+Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
+
+
+def chunk_documents(store, doc_ids: list[str], params: ChunkParams, count: Counter,
+                    progress: Callable[[int], None] | None = None) -> int:
+    """(Re)chunk documents from their stored blocks (no file is parsed again); the store writes the
+    chunks. The parameters are recorded first, so an interrupted run is completed by the next
+    ``index`` with the same ones. Returns the number of chunks written."""
+    if store.manifest.get("chunking") != params.to_dict():
+        store.manifest["chunking"] = params.to_dict()
+        store.save_manifest()
+    total = 0
+    for doc_id in doc_ids:
+        doc = store.document_for_chunking(doc_id)
+        if doc is None:
+            continue
+        drafts = chunk_blocks(doc["title"], [Block.from_dict(b) for b in doc["blocks"]], params, count)
+        base = {"doc_id": doc_id, "filetype": doc["filetype"], "dir": os.path.dirname(doc_id)}
+        user = {k: str(v) for k, v in doc["metadata"].items()}
+        store.replace_chunks(doc_id, [
+            (f"{doc_id}#{d.ordinal}", doc_id, d.ordinal, d.text, d.prefix, d.section_path, d.page, d.char_start,
+             d.char_end, d.n_tokens, d.content_hash, d.line_start, d.line_end, d.anchor,
+             json.dumps({**user, **base, **({"page": str(d.page)} if d.page else {})}, sort_keys=True))
+            for d in drafts], params)
+        total += len(drafts)
+        if progress:
+            progress(1)
+    return total
+
+
+def store_params(store) -> ChunkParams | None:
+    """The chunking parameters a store was last chunked with (None before any chunking)."""
+    return ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else None
+
+
+def chunk(store, params: ChunkParams | None = None, *, embedder=None, all_documents: bool = False,
+          progress: Progress | None = None) -> int:
+    """Chunk every document not yet chunked with these parameters (all of them with all_documents),
+    under the store's writer lock. Without ``params`` the store's own parameters are used (the
+    defaults for a new store); sizes are resolved against the embedding model's token limit."""
+    from .embed import load_embedder
+
+    with store.writing():
+        embedder = embedder or load_embedder(store.embedding_spec())
+        params = (params or store_params(store) or ChunkParams()).resolved(embedder.max_tokens)
+        todo = store.document_ids() if all_documents else store.documents_to_chunk(params)
+        cb = (lambda n: progress("chunking", n, len(todo))) if progress else None
+        return chunk_documents(store, todo, params, embedder.count_tokens, progress=cb)

@@ -5,12 +5,13 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from kbtool.store.analyzer import Analyzer
-from kbtool.store import BM25_PARAMS, BM25Index
+from kbtool.store.bm25 import BM25Index
+from kbtool.store.manifest import BM25_PARAMS
 
 
 @pytest.fixture(scope="module")
 def corpus(sample_store):
-    rows = sample_store.db.execute("SELECT chunk_id, prefix, text FROM chunks ORDER BY chunk_id").fetchall()
+    rows = sample_store.catalog.db.execute("SELECT chunk_id, prefix, text FROM chunks ORDER BY chunk_id").fetchall()
     analyzer = Analyzer()
     return [r["chunk_id"] for r in rows], [analyzer(f"{r['prefix']}\n\n{r['text']}") for r in rows]
 

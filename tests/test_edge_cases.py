@@ -8,6 +8,7 @@ import pytest
 from kbtool.errors import InputError, StoreError
 from kbtool.ingestion.pipeline import IngestOptions, ingest
 from kbtool.query.retriever import Retriever
+from kbtool.index import sync
 from kbtool.store import Store
 
 from .conftest import write
@@ -67,7 +68,7 @@ def test_changing_encoding_reparses_an_unchanged_file(tmp_path, store, embedder)
     ingest(store, [docs], IngestOptions(parse_only=True))
     report = ingest(store, [docs], IngestOptions(parse_only=True, encoding="latin-1"))
     assert report.updated == ["m.txt"]
-    text = store.db.execute("SELECT text FROM documents").fetchone()[0]
+    text = store.catalog.db.execute("SELECT text FROM documents").fetchone()[0]
     assert "cafÃ©" in text  # what latin-1 makes of those bytes: the user asked for it
 
 
@@ -117,7 +118,7 @@ def test_interrupted_rebuild_does_not_look_current(tmp_path, store, embedder):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        store.sync_indexes(Exploding(), rebuild=True)
+        sync(store, Exploding(), rebuild=True)
     assert not Store.open(store.path).is_indexed()
 
 
@@ -134,7 +135,7 @@ def test_nested_roots_keep_document_ids(tmp_path, store, embedder):
     os.remove(docs / "sub/y.md")
     report = ingest(store, [docs / "sub"], embedder=embedder)
     assert report.removed == ["sub/y.md"] and report.unchanged == ["sub/x.md"]
-    ids = {r[0] for r in store.db.execute("SELECT doc_id FROM documents")}
+    ids = {r[0] for r in store.catalog.db.execute("SELECT doc_id FROM documents")}
     assert ids == {"top.md", "sub/x.md"}
 
 
@@ -159,7 +160,7 @@ def test_include_globs_are_anchored_at_the_folder(tmp_path, store):
 
 
 def test_parse_only_then_index_chunks_what_is_missing(tmp_path, store, embedder):
-    from kbtool.ingestion.pipeline import index
+    from kbtool.index import index
 
     write(tmp_path / "docs/a.md", "# A\n\nalpha words\n")
     write(tmp_path / "docs/b.md", "# B\n\nbravo words\n")

@@ -53,7 +53,7 @@ def store(tmp_path):
 
 
 def chroma_ids(store):
-    return set(store.collection().get(include=[])["ids"])
+    return set(store.vectors.indexed())
 
 
 def test_first_ingest_then_unchanged_rerun_embeds_nothing(corpus, store, embedder):
@@ -68,7 +68,7 @@ def test_first_ingest_then_unchanged_rerun_embeds_nothing(corpus, store, embedde
 
 def test_editing_one_file_reembeds_only_its_changed_chunks(corpus, store, embedder):
     ingest(store, [corpus], embedder=embedder)
-    a_chunks = store.db.execute("SELECT COUNT(*) FROM chunks WHERE doc_id='a.md'").fetchone()[0]
+    a_chunks = store.catalog.db.execute("SELECT COUNT(*) FROM chunks WHERE doc_id='a.md'").fetchone()[0]
     assert a_chunks == 3
     write(corpus / "a.md", DOC_A.replace("2 GB", "4 GB"))
     report = ingest(store, [corpus], embedder=embedder)
@@ -86,8 +86,8 @@ def test_deleted_file_leaves_catalog_chroma_and_bm25(corpus, store, embedder):
     report = ingest(store, [corpus], embedder=embedder)
     assert report.removed == ["gone.md"]
     assert report.index.deleted >= 1
-    assert store.db.execute("SELECT COUNT(*) FROM chunks WHERE doc_id='gone.md'").fetchone()[0] == 0
-    assert store.db.execute("SELECT COUNT(*) FROM documents WHERE doc_id='gone.md'").fetchone()[0] == 0
+    assert store.catalog.db.execute("SELECT COUNT(*) FROM chunks WHERE doc_id='gone.md'").fetchone()[0] == 0
+    assert store.catalog.db.execute("SELECT COUNT(*) FROM documents WHERE doc_id='gone.md'").fetchone()[0] == 0
     assert not any(i.startswith("gone.md#") for i in chroma_ids(store))
     assert not any(i.startswith("gone.md#") for i in store.bm25().chunk_ids)
     r = Retriever(store, embedder)
@@ -114,7 +114,7 @@ def test_hidden_unsupported_and_outside_symlinks_are_skipped(corpus, store, embe
     assert sorted(report.added) == ["a.md", "gone.md", "sub/b.md"]
     reasons = {s["path"]: s["reason"] for s in report.skipped}
     assert "outside" in reasons["link.md"] and "unsupported" in reasons["image.png"]
-    texts = " ".join(r[0] for r in store.db.execute("SELECT text FROM documents"))
+    texts = " ".join(r[0] for r in store.catalog.db.execute("SELECT text FROM documents"))
     assert "secret" not in texts
 
 
@@ -128,10 +128,11 @@ def test_include_exclude_and_metadata_filter(corpus, store, embedder):
 
 def test_parse_only_then_index_later(corpus, store, embedder):
     from kbtool.errors import StoreError
-    from kbtool.ingestion.pipeline import chunk, index
+    from kbtool.chunk import chunk
+    from kbtool.index import index
 
     ingest(store, [corpus], IngestOptions(parse_only=True), embedder=embedder)
-    assert store.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
+    assert store.catalog.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
     with pytest.raises(StoreError, match="kbtool index"):
         Retriever(store, embedder)
     chunk(store, embedder=embedder)
@@ -141,12 +142,13 @@ def test_parse_only_then_index_later(corpus, store, embedder):
 
 def test_rechunk_without_reparsing_reuses_cached_embeddings(corpus, store, embedder):
     from kbtool.chunk import ChunkParams
-    from kbtool.ingestion.pipeline import chunk, index
+    from kbtool.chunk import chunk
+    from kbtool.index import index
 
     ingest(store, [corpus], embedder=embedder)
-    n_before = store.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    n_before = store.catalog.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
     chunk(store, ChunkParams(size=24, overlap=4), embedder=embedder)
-    n_small = store.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    n_small = store.catalog.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
     assert n_small > n_before
     index(store, embedder=embedder)
     chunk(store, ChunkParams(), embedder=embedder)
@@ -154,4 +156,4 @@ def test_rechunk_without_reparsing_reuses_cached_embeddings(corpus, store, embed
     # Back to the old chunking: chunks that differ come from the embedding cache, none is embedded.
     assert report.embedded == 0 and report.from_cache == report.upserted > 0
     assert report.chunks == n_before
-    assert set(chroma_ids(store)) == {r[0] for r in store.db.execute("SELECT chunk_id FROM chunks")}
+    assert set(chroma_ids(store)) == {r[0] for r in store.catalog.db.execute("SELECT chunk_id FROM chunks")}

@@ -161,7 +161,7 @@ def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
     from kbtool.store import Store
 
     store = Store.open(kb)
-    rows = store.db.execute("SELECT chunk_id, text, prefix, section_path, line_start, line_end, anchor, meta "
+    rows = store.catalog.db.execute("SELECT chunk_id, text, prefix, section_path, line_start, line_end, anchor, meta "
                             "FROM chunks WHERE doc_id='en/tutorial/errors.md' ORDER BY ordinal").fetchall()
     everything = "\n".join(r["prefix"] + "\n" + r["text"] for r in rows)
     for noise in ("{ #", "{#", "!!!", "///", ":::", "[!NOTE]", "{*", "--8<--", "<span", "title: Handling"):
@@ -173,9 +173,9 @@ def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
     assert anchors["Install the package"] == "install"
     meta = json.loads(rows[0]["meta"])
     assert meta["lang"] == "en" and meta["updated"] == "2024-05-02" and meta["tags"] == "errors, http"
-    title = store.db.execute("SELECT title FROM documents WHERE doc_id='en/tutorial/errors.md'").fetchone()[0]
+    title = store.catalog.db.execute("SELECT title FROM documents WHERE doc_id='en/tutorial/errors.md'").fetchone()[0]
     assert title == "Handling Errors"
-    zh = store.db.execute("SELECT section_path, anchor FROM chunks WHERE doc_id='zh/tutorial/errors.md'").fetchone()
+    zh = store.catalog.db.execute("SELECT section_path, anchor FROM chunks WHERE doc_id='zh/tutorial/errors.md'").fetchone()
     assert zh["section_path"] == "处理错误" and zh["anchor"] == "handling-errors"  # no English slug in the text
 
     # Citations: path:line in --json and the table, URLs with the section anchor for the context.
@@ -321,12 +321,12 @@ def test_reingest_is_unchanged_and_notices_included_files(tmp_path):
     assert again["counts"]["unchanged"] == len(first["added"]) and again["counts"]["updated"] == 0
     from kbtool.store import Store
 
-    texts = " ".join(r[0] for r in Store.open(kb).db.execute("SELECT text FROM chunks"))
+    texts = " ".join(r[0] for r in Store.open(kb).catalog.db.execute("SELECT text FROM chunks"))
     assert "zebra" in texts and "PRIVATE KEY" not in texts and "DRAFT TEXT" not in texts
     write(root / "parts" / "p.md", "The included paragraph now says yak.\n")
     third = json.loads(run(*args).stdout)
     assert set(third["updated"]) == {"a.md", "parts/p.md"}  # the includer too, though its bytes are the same
-    texts = " ".join(r[0] for r in Store.open(kb).db.execute("SELECT text FROM chunks"))
+    texts = " ".join(r[0] for r in Store.open(kb).catalog.db.execute("SELECT text FROM chunks"))
     assert "yak" in texts and "zebra" not in texts
 
 

@@ -15,6 +15,7 @@ from kbtool.cli import app
 from kbtool.errors import StoreError
 from kbtool.ingestion.pipeline import ingest
 from kbtool.query.retriever import Retriever
+from kbtool.index import sync
 from kbtool.store import Store
 from kbtool.store.bm25 import BM25Index
 
@@ -112,7 +113,7 @@ def test_a_deleted_chroma_folder_or_catalog_is_detected_never_wiped(tmp_path, em
     assert not again.is_indexed()
     r = runner.invoke(app, ["doctor", "--store", str(tmp_path / "kb")])
     assert r.exit_code == 1 and "chroma/ is missing" in r.stdout
-    report = again.sync_indexes(embedder)  # a plain index restores the vectors from the cache
+    report = sync(again, embedder)  # a plain index restores the vectors from the cache
     assert report.embedded == 0 and report.upserted == 3
     assert again.is_indexed()
     again.close()
@@ -195,7 +196,7 @@ def test_two_concurrent_writers_one_waits_and_both_finish(tmp_path, embedder):
     kb = Store.open(tmp_path / "kb")
     assert kb.is_indexed() and len(kb.document_ids()) == 12
     bm25_ids = set(kb.bm25().chunk_ids)
-    chroma_ids = set(kb.collection().get(include=[])["ids"])
+    chroma_ids = set(kb.vectors.indexed())
     catalog_ids = {cid for cid, _, _ in kb.chunk_metadata()}
     assert bm25_ids == chroma_ids == catalog_ids and len(catalog_ids) == 12
     r = Retriever(kb, embedder)
@@ -218,8 +219,8 @@ def test_queries_are_served_while_another_process_writes(tmp_path, embedder):
     from filelock import FileLock
 
     store = _store(tmp_path, embedder)
-    with store._tx():
-        store._bump()  # the catalog moved on (as mid-ingest) and the indexes have not caught up
+    with store.catalog.transaction() as db:  # the catalog moved on
+        db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")  # (as mid-ingest) and the indexes have not caught up
     assert not store.is_indexed()
     with pytest.raises(StoreError, match="kbtool index"):
         Retriever(store, embedder)  # nobody is writing: a real "behind", reported
@@ -231,9 +232,9 @@ def test_queries_are_served_while_another_process_writes(tmp_path, embedder):
 
 
 def test_interrupted_embedding_keeps_the_batches_already_paid_for(tmp_path, embedder, monkeypatch):
-    import kbtool.store as store_mod
+    import kbtool.index as index_mod
 
-    monkeypatch.setattr(store_mod, "_EMBED_COMMIT", 2)
+    monkeypatch.setattr(index_mod, "_EMBED_COMMIT", 2)
     for i in range(6):
         write(tmp_path / "d" / f"n{i}.md", f"# N{i}\n\nDocument {i} mentions thistlecrab{i}.\n")
     store = Store.open(tmp_path / "kb", create=True)
@@ -250,7 +251,7 @@ def test_interrupted_embedding_keeps_the_batches_already_paid_for(tmp_path, embe
     with pytest.raises(KeyboardInterrupt):
         ingest(store, [tmp_path / "d"], embedder=embedder)
     monkeypatch.setattr(embedder, "embed", real)
-    report = Store.open(tmp_path / "kb").sync_indexes(embedder)
+    report = sync(Store.open(tmp_path / "kb"), embedder)
     assert report.from_cache == 4 and report.embedded == 2  # two batches were kept
 
 
@@ -280,15 +281,16 @@ def test_a_non_utf8_file_name_is_reported_and_the_rest_is_ingested(tmp_path, emb
 
 
 def test_an_interrupted_chunk_is_completed_by_index_never_mixed(tmp_path, embedder, monkeypatch):
-    import kbtool.store as store_mod
+    import kbtool.chunk as chunk_mod
     from kbtool.chunk import ChunkParams
-    from kbtool.ingestion.pipeline import chunk, index
+    from kbtool.chunk import chunk
+    from kbtool.index import index
 
     for i in range(4):
         write(tmp_path / "d" / f"c{i}.md", f"# C{i}\n\n" + " ".join(f"word{j}" for j in range(300)) + "\n")
     store = Store.open(tmp_path / "kb", create=True)
     ingest(store, [tmp_path / "d"], embedder=embedder)
-    real = store_mod.chunk_blocks
+    real = chunk_mod.chunk_blocks
     calls = {"n": 0}
 
     def dies(*args, **kwargs):
@@ -297,10 +299,10 @@ def test_an_interrupted_chunk_is_completed_by_index_never_mixed(tmp_path, embedd
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_mod, "chunk_blocks", dies)
+    monkeypatch.setattr(chunk_mod, "chunk_blocks", dies)
     with pytest.raises(KeyboardInterrupt):
         chunk(store, ChunkParams(size=64, overlap=8), embedder=embedder, all_documents=True)
-    monkeypatch.setattr(store_mod, "chunk_blocks", real)
+    monkeypatch.setattr(chunk_mod, "chunk_blocks", real)
     assert not Store.open(store.path).is_indexed()
     index(Store.open(store.path), embedder=embedder)
     kb = Store.open(store.path)
@@ -341,11 +343,12 @@ def test_a_query_loop_during_a_concurrent_ingest_never_fails_nor_returns_a_ghost
 
 KILL_IN = """
 import os, signal, sys
-import kbtool.store as store_mod
+import kbtool.chunk as chunk_mod
+import kbtool.index as index_mod
 from kbtool.embed.onnx import OnnxEmbedder
 from kbtool.embed.st import SentenceTransformerEmbedder
 where, calls = sys.argv[1], {"n": 0}
-store_mod._EMBED_COMMIT = 2
+index_mod._EMBED_COMMIT = 2
 def count_then_die(real):
     def wrapper(*args, **kwargs):
         calls["n"] += 1
@@ -357,7 +360,7 @@ if where == "embedding":  # killed in the second batch of vectors
     SentenceTransformerEmbedder.embed = count_then_die(SentenceTransformerEmbedder.embed)
     OnnxEmbedder.embed = count_then_die(OnnxEmbedder.embed)
 else:  # killed while chunking the second document
-    store_mod.chunk_blocks = count_then_die(store_mod.chunk_blocks)
+    chunk_mod.chunk_blocks = count_then_die(chunk_mod.chunk_blocks)
 from kbtool.cli import main
 sys.argv = ["kbtool"] + sys.argv[2:]
 main()

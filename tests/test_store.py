@@ -4,7 +4,9 @@ import pytest
 
 from kbtool.store.catalog import MIGRATIONS, connect, migrate
 from kbtool.errors import ModelMismatchError, StoreError
-from kbtool.store import FORMAT_VERSION, Store
+from kbtool.index import sync
+from kbtool.store import Store
+from kbtool.store.manifest import FORMAT_VERSION
 
 
 def test_missing_store_says_how_to_create_one(tmp_path):
@@ -67,7 +69,7 @@ def test_status_counts(sample_store):
     assert info["documents"] == 12 and info["chunks"] > 50
     assert info["indexes_current"] is True
     assert set(info["documents_by_type"]) == {"md", "html", "pdf", "docx", "csv", "txt"}
-    assert info["chunks"] == sample_store.collection().count() == len(sample_store.bm25().chunk_ids)
+    assert info["chunks"] == sample_store.vectors.count() == len(sample_store.bm25().chunk_ids)
 
 
 def test_stemmer_is_off_by_default_and_a_change_rebuilds_only_bm25(tmp_path, embedder):
@@ -88,7 +90,7 @@ def test_stemmer_is_off_by_default_and_a_change_rebuilds_only_bm25(tmp_path, emb
     assert store.manifest["analyzer"]["stemmer"] is None
     assert Retriever(store, embedder).search("gateway", mode="bm25") == []
     assert store.set_stemmer("english") and not store.is_indexed()  # status must not claim current
-    report = store.sync_indexes(embedder)
+    report = sync(store, embedder)
     assert report.bm25_rebuilt and report.embedded == 0 and store.is_indexed()
     assert Retriever(store, embedder).search("gateway", mode="bm25")[0].doc_id == "a.md"
     assert not store.set_stemmer("english")

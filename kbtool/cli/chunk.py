@@ -23,7 +23,7 @@ def chunk(
 ):
     """Re-chunk stored documents (no re-parsing). Run `kbtool index` afterwards."""
     from ..chunk import ChunkParams
-    from ..ingestion.pipeline import chunk as run_chunk
+    from ..chunk import chunk as run_chunk
 
     kb = open_store(store)
     writer_settings(kb, wait, quiet)

@@ -17,8 +17,8 @@ def doctor(
     json_: JsonOpt = False,
 ):
     """Check that catalog, Chroma and BM25 hold the same chunks; exit 1 if they do not."""
+    from ..index import repair as run_repair
     from ..store.doctor import diagnose
-    from ..store.doctor import repair as run_repair
 
     kb = open_store(store)
     findings = diagnose(kb)

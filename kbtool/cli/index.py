@@ -26,7 +26,7 @@ def index(
 ):
     """Embed new chunks and make Chroma and BM25 hold exactly the catalog's chunks."""
     from ..embed import load_embedder
-    from ..ingestion.pipeline import index as run_index
+    from ..index import index as run_index
 
     kb = open_store(store)
     writer_settings(kb, wait, quiet)

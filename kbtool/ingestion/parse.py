@@ -18,10 +18,11 @@ import bisect
 import hashlib
 import io
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsing hands these on)
 from ..errors import ParseError
 
 SUPPORTED = {
@@ -29,46 +30,6 @@ SUPPORTED = {
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
 }
 TEXT_TYPES = {"md", "txt", "html", "csv"}
-
-
-@dataclass
-class Block:
-    kind: str  # title | text | list | table | code
-    text: str
-    section: list[str] = field(default_factory=list)
-    page: int | None = None
-    depth: int | None = None
-    lines: tuple[int, int] | None = None  # first and last source line (text formats)
-    anchor: str | None = None  # a heading's anchor id (title blocks)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Block":
-        data = dict(data)
-        if data.get("lines") is not None:
-            data["lines"] = tuple(data["lines"])
-        return cls(**data)
-
-
-@dataclass
-class ParsedDocument:
-    doc_id: str
-    filetype: str
-    title: str
-    blocks: list[Block]
-    sha256: str
-    size: int
-    mtime: float | None = None
-    path: str = ""
-    metadata: dict = field(default_factory=dict)  # from the document itself (front matter)
-    markup_stats: dict = field(default_factory=dict)
-    includes: dict = field(default_factory=dict)  # included file -> sha256
-
-    @property
-    def text(self) -> str:
-        return "\n\n".join(b.text for b in self.blocks)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -1,4 +1,5 @@
-"""ingest → chunk → index as library functions. The CLI commands are thin wrappers over these."""
+"""ingest(): discover files, parse what changed, then chunk (``kbtool.chunk``) and index
+(``kbtool.index``). The CLI commands are thin wrappers over these library functions."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..chunk import ChunkParams
+from ..chunk import ChunkParams, chunk
+from ..document import RESERVED_META, ParsedDocument, check_metadata_keys, fingerprint
 from ..errors import InputError, ParseError, UsageError
-from ..store import IndexReport, Store, now_iso
-from .parse import SUPPORTED, ParsedDocument, beir_document, parse_file, read_file, sha256_bytes
+from ..index import IndexReport, index
+from ..store import Store
+from ..store.manifest import now_iso
+from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding".
 Progress = Callable[[str, int, int], None]
@@ -145,8 +149,6 @@ def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
 
 
 def _validate(options: IngestOptions) -> None:
-    from ..store import check_metadata_keys
-
     if options.format not in ("auto", "beir"):
         raise UsageError(f"unknown --format {options.format!r}: use auto or beir")
     check_metadata_keys(options.metadata)
@@ -168,8 +170,6 @@ def path_pattern(pattern: str):
     """``docs/{lang}/**`` -> a regex with a named group per ``{field}`` (``*`` within a folder,
     ``**`` across folders)."""
     import re
-
-    from ..store import RESERVED_META
 
     if not re.search(r"\{[A-Za-z_]\w*\}", pattern):
         raise UsageError(f"--meta-from-path {pattern!r}: name at least one field, e.g. 'docs/{{lang}}/**'")
@@ -319,8 +319,6 @@ def _root_for(path: Path, roots: set[str]) -> Path | None:
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
                 options: IngestOptions, report: IngestReport | None = None) -> str:
-    from ..store import fingerprint
-
     prev = known.get(src.doc_id)
     if prev and prev[0] != root:
         if not Path(prev[0]).is_relative_to(Path(root)):
@@ -380,44 +378,3 @@ def _includes_changed(store: Store, doc_id: str) -> bool:
         if hashlib.sha256(body.encode("utf-8")).hexdigest() != sha:
             return True
     return False
-
-
-def chunk(store: Store, params: ChunkParams | None = None, *, embedder=None, all_documents: bool = False,
-          progress: Progress | None = None) -> int:
-    """Chunk every document not yet chunked with these parameters (all of them with all_documents).
-
-    Without ``params`` the store's own chunking parameters are used (defaults for a new store).
-    """
-    with store.writing():
-        return _chunk(store, params, embedder=embedder, all_documents=all_documents, progress=progress)
-
-
-def _chunk(store: Store, params: ChunkParams | None, *, embedder, all_documents: bool, progress) -> int:
-    embedder = embedder or _embedder_for(store)
-    if params is None:
-        params = ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else ChunkParams()
-    params = params.resolved(embedder.max_tokens)
-    if all_documents:
-        todo = store.document_ids()
-    else:
-        todo = store.documents_to_chunk(params)
-    cb = (lambda n: progress("chunking", n, len(todo))) if progress else None
-    return store.chunk_documents(todo, params, embedder.count_tokens, progress=cb)
-
-
-def index(store: Store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None) -> IndexReport:
-    """Chunk documents that have no chunks yet (e.g. after --parse-only), then sync both indexes."""
-    embedder = embedder or _embedder_for(store)
-    with store.writing():
-        # The store's chunking parameters: documents never chunked, or left by an interrupted
-        # `kbtool chunk` with other parameters, are (re)chunked first — never mixed sizes.
-        params = ChunkParams(**store.manifest["chunking"]) if store.manifest.get("chunking") else None
-        if store.documents_to_chunk(params):
-            chunk(store, params, embedder=embedder, progress=progress)
-        return store.sync_indexes(embedder, progress=progress, rebuild=rebuild)
-
-
-def _embedder_for(store: Store):
-    from ..embed import load_embedder
-
-    return load_embedder(store.embedding_spec())

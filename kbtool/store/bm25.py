@@ -9,24 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import StoreError
-
-
-def write_json(path: Path, data) -> None:
-    """Write to a uniquely named temporary file, fsync, rename: never a half-written file, and two
-    processes never share a temporary name."""
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from .files import write_json
 
 
 class BM25Index:
@@ -37,6 +20,7 @@ class BM25Index:
         self.retriever = retriever
         self.chunk_ids = chunk_ids
         self.row_of = {cid: i for i, cid in enumerate(chunk_ids)}
+        self.loaded_state: dict = {}  # the state record this index was loaded with (see ``current``)
 
     @staticmethod
     def exists(path: Path) -> bool:
@@ -166,6 +150,25 @@ class BM25Index:
 
     def vocabulary(self) -> list[str]:
         return [] if self.retriever is None else list(self.retriever.vocab_dict)
+
+
+    @classmethod
+    def current(cls, path: Path, loaded: "BM25Index | None") -> "BM25Index":
+        """``loaded`` if it still is what ``path`` holds, else the index on disk, (re)loaded: a
+        long-lived reader sees another process's rebuild, and a load falling between the two
+        renames of a swap retries once."""
+        on_disk = cls.state(path)
+        if loaded is not None and (not on_disk or on_disk == loaded.loaded_state):
+            return loaded
+        try:
+            index = cls.load(path)
+        except StoreError:
+            import time
+
+            time.sleep(0.2)
+            index = cls.load(path)
+        index.loaded_state = cls.state(path)
+        return index
 
 
 def _bm25s():

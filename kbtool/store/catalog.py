@@ -1,12 +1,26 @@
-"""The SQLite catalog: documents, chunks and the embedding cache. Source of truth for the store.
+"""The SQLite catalog: documents, chunks and the embedding cache. Source of truth for the store,
+and the only module of kbtool that runs SQL.
 
 Schema changes are append-only migrations, applied in order and recorded in ``user_version``.
+``Catalog`` hands each thread its own connection (SQLite connections are not shared between
+threads); WAL lets readers go on while one writer commits.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from ..document import fingerprint
+from ..errors import StoreError
+
+_IN_BATCH = 500  # ids per `IN (...)` query
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -78,8 +92,6 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply pending migrations; returns the schema version now in force."""
-    from ..errors import StoreError
-
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current > len(MIGRATIONS):
         raise StoreError(
@@ -97,3 +109,229 @@ def migrate(conn: sqlite3.Connection) -> int:
             conn.execute("ROLLBACK")
             raise
     return len(MIGRATIONS)
+
+
+def _without(options_json: str, key: str) -> str:
+    try:
+        data = json.loads(options_json or "{}")
+    except ValueError:
+        return options_json
+    data.pop(key, None)
+    return json.dumps(data, sort_keys=True)
+
+
+def _batches(items: list, size: int = _IN_BATCH) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class Catalog:
+    """Every read and write of the catalog. Opened (and migrated) once; each thread then gets its
+    own connection on first use."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        try:
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreError(f"{path} is not a readable catalog ({exc}): the store is damaged; "
+                             "re-ingest into a new store") from None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path)
+            self._local.conn = conn
+            with self._guard:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._guard:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.ProgrammingError:  # made in a thread that has ended: already unusable
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+    @contextmanager
+    def transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    # ---- state ---------------------------------------------------------------------------
+    def generation(self) -> int:
+        return int(self.db.execute("SELECT value FROM state WHERE key='generation'").fetchone()[0])
+
+    def _bump(self, db) -> None:
+        db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
+
+    # ---- documents -----------------------------------------------------------------------
+    def document_hashes(self) -> dict[str, tuple[str, str]]:
+        """doc_id -> (root, fingerprint of its bytes and parse options, without the includes)."""
+        rows = self.db.execute("SELECT doc_id, sha256, root, options FROM documents")
+        return {r["doc_id"]: (r["root"], fingerprint(r["sha256"], _without(r["options"], "includes"))) for r in rows}
+
+    def document_options(self, doc_id: str) -> dict:
+        row = self.db.execute("SELECT options FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
+        try:
+            return json.loads(row[0]) if row else {}
+        except ValueError:
+            return {}
+
+    def put_document(self, doc, root: str, metadata: str, blocks: str, options: str, now: str) -> None:
+        """Insert or replace a document; its old chunks go and it awaits chunking (generation + 1)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,))
+            db.execute(
+                "INSERT OR REPLACE INTO documents (doc_id, root, path, sha256, size, mtime, filetype, title,"
+                " metadata, text, blocks, ingested_at, chunked_with, options) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
+                (doc.doc_id, root, doc.path, doc.sha256, doc.size, doc.mtime, doc.filetype, doc.title,
+                 metadata, doc.text, blocks, now, options),
+            )
+            self._bump(db)
+
+    def remove_documents(self, doc_ids: Iterable[str]) -> int:
+        removed = 0
+        with self.transaction() as db:
+            for doc_id in doc_ids:
+                removed += db.execute("DELETE FROM documents WHERE doc_id=?", (doc_id,)).rowcount
+            if removed:
+                self._bump(db)
+        return removed
+
+    def documents_to_chunk(self, key: str) -> list[str]:
+        """Documents not chunked yet, or (with a non-empty key) chunked with other parameters."""
+        rows = self.db.execute(
+            "SELECT doc_id FROM documents WHERE chunked_with IS NULL OR (? != '' AND chunked_with != ?)"
+            " ORDER BY doc_id", (key, key),
+        )
+        return [r[0] for r in rows]
+
+    def document_for_chunking(self, doc_id: str) -> dict | None:
+        row = self.db.execute(
+            "SELECT title, blocks, filetype, metadata FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
+        return None if row is None else {"title": row["title"], "blocks": json.loads(row["blocks"]),
+                                         "filetype": row["filetype"], "metadata": json.loads(row["metadata"])}
+
+    def replace_chunks(self, doc_id: str, rows: list[tuple], key: str) -> None:
+        """A document's chunks, all at once, recorded as chunked with ``key``."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM chunks WHERE doc_id=?", (doc_id,))
+            db.executemany(
+                "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, prefix, section_path, page,"
+                " char_start, char_end, n_tokens, content_hash, line_start, line_end, anchor, meta)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            db.execute("UPDATE documents SET chunked_with=? WHERE doc_id=?", (key, doc_id))
+            self._bump(db)
+
+    def document_ids(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
+
+    def document_text(self, doc_id: str) -> str | None:
+        row = self.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
+        return row[0] if row else None
+
+    def metadata_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for row in self.db.execute("SELECT DISTINCT metadata FROM documents"):
+            keys.update(json.loads(row[0]))
+        return keys
+
+    # ---- chunks --------------------------------------------------------------------------
+    def chunks_for_index(self) -> list[sqlite3.Row]:
+        """(chunk_id, content_hash, prefix, text, meta) of every chunk, in catalog order."""
+        return self.db.execute(
+            "SELECT chunk_id, content_hash, prefix, text, meta FROM chunks ORDER BY doc_id, ordinal").fetchall()
+
+    def chunk_hashes(self) -> list[sqlite3.Row]:
+        """(chunk_id, content_hash, meta) of every chunk."""
+        return self.db.execute("SELECT chunk_id, content_hash, meta FROM chunks").fetchall()
+
+    def chunk_texts(self) -> list[tuple[str, str]]:
+        """(prefix, text) of every chunk, in catalog order."""
+        return [(r[0], r[1]) for r in self.db.execute("SELECT prefix, text FROM chunks ORDER BY doc_id, ordinal")]
+
+    def chunk_metadata(self) -> list[tuple[str, str, dict]]:
+        return [(r[0], r[1], json.loads(r[2])) for r in self.db.execute("SELECT chunk_id, doc_id, meta FROM chunks")]
+
+    def chunks_containing(self, needle: str) -> list[str]:
+        """Ids of chunks whose section prefix or text holds ``needle`` (lower case)."""
+        rows = self.db.execute(
+            "SELECT chunk_id FROM chunks WHERE instr(lower(prefix || ' ' || text), ?) > 0", (needle,))
+        return [r[0] for r in rows]
+
+    def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
+        out = {}
+        for part in _batches(chunk_ids):
+            q = ("SELECT c.*, d.title, d.path, d.filetype FROM chunks c JOIN documents d USING (doc_id)"
+                 f" WHERE c.chunk_id IN ({_marks(len(part))})")
+            for row in self.db.execute(q, part):
+                out[row["chunk_id"]] = dict(row)
+        return out
+
+    # ---- embedding cache -----------------------------------------------------------------
+    def cached_vectors(self, key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """content_hash -> vector cached for the model ``key``."""
+        out: dict[str, np.ndarray] = {}
+        for part in _batches(list(hashes)):
+            q = f"SELECT content_hash, vector FROM embeddings WHERE model=? AND content_hash IN ({_marks(len(part))})"
+            for row in self.db.execute(q, [key, *part]):
+                out[row[0]] = np.frombuffer(row[1], dtype=np.float32)
+        return out
+
+    def cache_vectors(self, key: str, items: list[tuple[str, np.ndarray]]) -> None:
+        with self.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO embeddings (model, content_hash, vector) VALUES (?,?,?)",
+                           [(key, h, v.astype(np.float32).tobytes()) for h, v in items])
+
+    def chunk_vectors(self, key: str, chunk_ids: list[str] | None = None) -> dict[str, np.ndarray]:
+        """chunk_id -> cached vector of the model ``key``, for these chunks (or every chunk)."""
+        q = ("SELECT c.chunk_id, e.vector FROM chunks c"
+             " JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?")
+        if chunk_ids is None:
+            rows = self.db.execute(q, (key,)).fetchall()
+        else:
+            rows = []
+            for part in _batches(chunk_ids):
+                rows += self.db.execute(q + f" WHERE c.chunk_id IN ({_marks(len(part))})", [key, *part]).fetchall()
+        return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+    # ---- status --------------------------------------------------------------------------
+    def counts(self, max_tokens: int) -> dict:
+        db = self.db
+        docs = db.execute("SELECT COUNT(*), COALESCE(SUM(size),0) FROM documents").fetchone()
+        by_type = {r[0]: r[1] for r in db.execute(
+            "SELECT filetype, COUNT(*) FROM documents GROUP BY filetype ORDER BY filetype")}
+        chunks = db.execute(
+            "SELECT COUNT(*), COALESCE(AVG(n_tokens),0), COALESCE(MAX(n_tokens),0) FROM chunks").fetchone()
+        return {
+            "documents": docs[0],
+            "documents_by_type": by_type,
+            "source_bytes": docs[1],
+            "chunks": chunks[0],
+            "chunk_tokens_avg": round(chunks[1], 1),
+            "chunk_tokens_max": chunks[2],
+            "chunks_over_model_limit": db.execute("SELECT COUNT(*) FROM chunks WHERE n_tokens > ?",
+                                                  (max_tokens,)).fetchone()[0],
+            "documents_not_chunked": db.execute(
+                "SELECT COUNT(*) FROM documents WHERE chunked_with IS NULL").fetchone()[0],
+        }

@@ -1,0 +1,72 @@
+"""What parsing hands to chunking, and what a chunk embeds: the shapes both sides share.
+
+``ingestion`` produces ``ParsedDocument``s of ``Block``s; the store keeps the blocks; ``chunk``
+turns them into chunks whose embedded (and BM25-indexed) text is ``embed_text(prefix, text)``.
+This module imports nothing of kbtool, so every room may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Block:
+    kind: str  # title | text | list | table | code
+    text: str
+    section: list[str] = field(default_factory=list)
+    page: int | None = None
+    depth: int | None = None
+    lines: tuple[int, int] | None = None  # first and last source line (text formats)
+    anchor: str | None = None  # a heading's anchor id (title blocks)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Block":
+        data = dict(data)
+        if data.get("lines") is not None:
+            data["lines"] = tuple(data["lines"])
+        return cls(**data)
+
+
+@dataclass
+class ParsedDocument:
+    doc_id: str
+    filetype: str
+    title: str
+    blocks: list[Block]
+    sha256: str
+    size: int
+    mtime: float | None = None
+    path: str = ""
+    metadata: dict = field(default_factory=dict)  # from the document itself (front matter)
+    markup_stats: dict = field(default_factory=dict)
+    includes: dict = field(default_factory=dict)  # included file -> sha256
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks)
+
+
+def embed_text(prefix: str, text: str) -> str:
+    """What is embedded and BM25-indexed for a chunk: its title/section prefix, then its text."""
+    return f"{prefix}\n\n{text}" if prefix else text
+
+
+# Metadata keys kbtool sets on every chunk; a document's own metadata may not use them.
+RESERVED_META = {"doc_id", "filetype", "dir", "page", "index_hash"}
+
+
+def check_metadata_keys(metadata: dict) -> None:
+    from .errors import UsageError
+
+    bad = (RESERVED_META & set(metadata)) | {k for k in metadata if str(k).startswith("chroma:")}
+    if bad:
+        raise UsageError(f"metadata key(s) {', '.join(sorted(bad))} are set by kbtool: choose other names")
+
+
+def fingerprint(sha256: str, options: str) -> str:
+    """What makes a document unchanged: its bytes and the options it was parsed with."""
+    return f"{sha256}|{options}"

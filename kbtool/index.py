@@ -1,0 +1,148 @@
+"""Bring every index in line with the catalog: embed what is new (or take it from the embedding
+cache), write and delete vectors, rebuild BM25 when what it holds is not the catalog's chunk set.
+
+The catalog is the truth; an index is only ever *behind* it. Vectors are committed to the cache
+batch by batch (an interrupted run keeps what it paid for), the vector index is written next,
+BM25 is swapped in last and records the catalog state it holds, and only then does the manifest
+say the indexes are current: a kill at any point leaves a store that ``status`` calls behind and
+the next ``index`` repairs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from .chunk import chunk, store_params
+from .document import embed_text
+from .store import manifest as mf
+from .store.bm25 import BM25Index
+
+Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
+_EMBED_COMMIT = 256  # vectors per embedding-cache commit
+
+
+@dataclass
+class IndexReport:
+    chunks: int = 0
+    embedded: int = 0
+    from_cache: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    bm25_rebuilt: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None) -> IndexReport:
+    """Chunk documents that have no chunks yet (e.g. after ``--parse-only``, or left by an
+    interrupted chunking: with the parameters it recorded, never mixed sizes), then sync both indexes."""
+    from .embed import load_embedder
+
+    embedder = embedder or load_embedder(store.embedding_spec())
+    with store.writing():
+        params = store_params(store)
+        if store.documents_to_chunk(params):
+            chunk(store, params, embedder=embedder, progress=progress)
+        return sync(store, embedder, progress=progress, rebuild=rebuild)
+
+
+def repair(store, embedder=None) -> dict:
+    """What ``doctor --repair`` does: bring both indexes in line with the catalog (cached vectors
+    re-used); the catalog's documents are never touched."""
+    return index(store, embedder=embedder).to_dict()
+
+
+def sync(store, embedder, progress: Progress | None = None, rebuild: bool = False) -> IndexReport:
+    """Make the vector index and BM25 hold exactly the catalog's chunks, embedding only what is new.
+    Call under ``store.writing()``. ``progress("embedding", advance, total)`` as vectors are made."""
+    if rebuild:
+        # Mark the indexes stale first: an interrupted rebuild must not look current.
+        store.manifest["indexed_generation"] = -1
+        store.manifest["embedding"] = mf.embedding_record(embedder.spec)
+        store.save_manifest()
+        store.vectors.drop()
+    store.check_model(embedder.spec)
+    report = IndexReport()
+    generation = store.generation()
+    rows = store.catalog.chunks_for_index()
+    report.chunks = len(rows)
+    wanted = store.index_targets()
+    existing = store.vectors.indexed()
+    to_delete = [cid for cid in existing if cid not in wanted]
+    todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
+
+    # A rebuild re-embeds everything: what a model name or folder serves may have changed.
+    key = embedder.spec.cache_key
+    vectors = {} if rebuild else store.catalog.cached_vectors(key, {r["content_hash"] for r in todo})
+    report.from_cache = sum(1 for r in todo if r["content_hash"] in vectors)
+    bulk = _embed_missing(store, embedder, todo, vectors, report, progress)
+
+    store.vectors.delete(to_delete)
+    report.deleted = len(to_delete)
+    if todo:
+        store.vectors.upsert([r["chunk_id"] for r in todo],
+                             np.stack([vectors[r["content_hash"]] for r in todo]).astype(np.float32),
+                             [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in todo])
+    report.upserted = len(todo)
+    report.bm25_rebuilt = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild or todo or to_delete))
+
+    emb = store.manifest["embedding"]
+    emb.update(embedder.spec.to_manifest())  # the same identity (checked); the URL may have moved
+    if vectors:
+        emb["dim"] = int(next(iter(vectors.values())).shape[0])
+    emb["max_tokens"] = embedder.max_tokens
+    if report.embedded:
+        emb["runtime"] = bulk.runtime
+    store.manifest["indexed_generation"] = generation
+    store.save_manifest()
+    return report
+
+
+def _embed_missing(store, embedder, todo, vectors: dict, report: IndexReport, progress):
+    """Embed the texts of ``todo`` not in ``vectors`` (shortest first: batches pad little), caching
+    them batch by batch; returns the embedder that ran (its runtime is recorded)."""
+    missing: dict[str, str] = {}
+    for r in todo:
+        if r["content_hash"] not in vectors:
+            missing.setdefault(r["content_hash"], embed_text(r["prefix"], r["text"]))
+    if not missing:
+        return embedder
+    hashes = sorted(missing, key=lambda h: len(missing[h]))
+    total = len(hashes)
+    cb = (lambda n: progress("embedding", n, total)) if progress else None
+    if progress:
+        progress("embedding", 0, total)  # show the bar while the model loads
+    bulk = embedder.for_bulk(total) if hasattr(embedder, "for_bulk") else embedder
+    for start in range(0, total, _EMBED_COMMIT):
+        part = hashes[start : start + _EMBED_COMMIT]
+        fresh = bulk.embed([missing[h] for h in part], progress=cb)
+        store.check_dim(fresh, "passage")
+        store.catalog.cache_vectors(embedder.spec.cache_key, [(h, fresh[i]) for i, h in enumerate(part)])
+        vectors.update({h: fresh[i] for i, h in enumerate(part)})
+        report.embedded += len(part)
+    return bulk
+
+
+def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool) -> bool:
+    """Rebuild BM25 whenever what it holds is not the catalog's chunk set — decided from its own
+    record, never from the vector index (a sync killed after the vector writes left that current)."""
+    bm25_dir = store.path / "bm25"
+    spec = store.bm25_spec()
+    built_with = store.manifest.get("bm25_built_with", spec)  # older stores: their manifest's settings
+    digest = mf.bm25_digest(wanted, spec)
+    state = BM25Index.state(bm25_dir)
+    rebuilt = force or not BM25Index.exists(bm25_dir) or built_with != spec or state.get("digest") != digest
+    if rebuilt:
+        analyzer = store.analyzer
+        BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],
+                        [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], store.manifest["bm25"],
+                        state={"generation": generation, "digest": digest})
+    elif state.get("generation") != generation:
+        BM25Index.set_state(bm25_dir, {"generation": generation, "digest": digest})
+    store.manifest["bm25_built_with"] = spec
+    return rebuilt

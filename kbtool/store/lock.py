@@ -1,0 +1,91 @@
+"""The store's writer lock: one writer at a time, across processes (a file lock) and across the
+threads of one process (a re-entrant lock), with who holds it recorded in ``writer.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from ..errors import StoreError
+from .files import write_json
+from .manifest import now_iso
+
+
+class WriterLock:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.wait: float = 300.0  # seconds a writer waits for another one
+        self.on_wait: Callable[[dict], None] | None = None  # told who holds the lock, before waiting
+        self._file = None
+        self._thread = threading.RLock()
+        self._depth, self._owner = 0, None
+
+    @contextmanager
+    def hold(self, on_first: Callable[[], None]):
+        """Held for the ``with`` body; re-entrant within a thread. ``on_first`` runs once the lock
+        is first taken (the store re-reads its manifest there)."""
+        from filelock import FileLock, Timeout
+
+        if not self._thread.acquire(timeout=self.wait):
+            raise StoreError(f"another thread of this process is writing to {self.folder}: try again when it is done")
+        try:
+            if self._depth == 0:
+                self._file = self._file or FileLock(str(self.folder / "writer.lock"), thread_local=False)
+                try:
+                    self._file.acquire(timeout=0)
+                except Timeout:
+                    holder = self.holder()
+                    if self.on_wait:
+                        self.on_wait(holder)
+                    try:
+                        self._file.acquire(timeout=self.wait)
+                    except Timeout:
+                        raise StoreError(
+                            f"another kbtool process is writing to {self.folder} ({_describe(holder)}): "
+                            "wait for it to finish, or pass --wait SECONDS") from None
+                write_json(self.folder / "writer.json", {"pid": os.getpid(), "since": now_iso()})
+                try:
+                    on_first()
+                except BaseException:
+                    self._file.release()
+                    raise
+            self._depth, self._owner = self._depth + 1, threading.get_ident()
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._owner = None
+                    self._file.release()
+        finally:
+            self._thread.release()
+
+    def holder(self) -> dict:
+        try:
+            return json.loads((self.folder / "writer.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def held_elsewhere(self) -> bool:
+        """Whether another process, or another thread of this one, holds the lock right now."""
+        from filelock import FileLock, Timeout
+
+        if self._depth:
+            return self._owner != threading.get_ident()
+        probe = FileLock(str(self.folder / "writer.lock"), thread_local=False)
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return True
+        probe.release()
+        return False
+
+
+def _describe(holder: dict) -> str:
+    if not holder:
+        return "holder unknown"
+    return f"pid {holder.get('pid')}, writing since {holder.get('since')}"

@@ -1,0 +1,174 @@
+"""The store's manifest (``manifest.json``): format version, the embedding model's identity, the
+chunking, analyzer, BM25 and HNSW settings, and which catalog generation the indexes hold.
+
+Store settings live here and nowhere else (retrieval settings live in the contract). The schema
+is ``Manifest``; ``read`` checks the format version and the keys every store has; ``check_model``
+and ``check_dim`` refuse vectors made another way.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+
+from ..errors import ModelMismatchError, StoreError
+from .analyzer import AnalyzerConfig
+from .files import write_json
+from .vectors import HNSW
+
+FORMAT_VERSION = 1
+BM25_PARAMS = {"method": "robertson", "k1": 1.2, "b": 0.75}
+
+
+class Embedding(TypedDict, total=False):
+    model: str  # name, path or endpoint model id (the identity)
+    backend: str
+    url: str | None
+    query_prefix: str
+    passage_prefix: str
+    input_type: bool
+    tokenizer: str | None
+    normalize: bool
+    dim: int | None  # set by the first index
+    max_tokens: int | None
+    runtime: str  # what embedded last: onnx | torch | http
+
+
+class Manifest(TypedDict, total=False):
+    format_version: int
+    kbtool_version: str
+    created_at: str
+    embedding: Embedding
+    chunking: dict | None  # ChunkParams.to_dict() of the last chunking, None before any
+    analyzer: dict  # AnalyzerConfig.to_dict()
+    bm25: dict  # bm25s method, k1, b
+    bm25_built_with: dict  # analyzer + bm25 settings the BM25 index on disk was built with
+    hnsw: dict
+    indexed_generation: int  # catalog generation both indexes hold (-1: none / being rebuilt)
+    last_ingest: str | None
+    markup: dict  # Markdown clean-up rules of the last ingest
+
+
+REQUIRED = ("format_version", "embedding", "analyzer", "bm25", "hnsw")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def new(spec, version: str) -> Manifest:
+    """The manifest of a new, empty store whose vectors will be made with ``spec``."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "kbtool_version": version,
+        "created_at": now_iso(),
+        "embedding": embedding_record(spec),
+        "chunking": None,
+        "analyzer": AnalyzerConfig().to_dict(),
+        "bm25": dict(BM25_PARAMS),
+        "hnsw": dict(HNSW),
+        "indexed_generation": -1,
+        "last_ingest": None,
+    }
+
+
+def create(path: Path, model, version: str) -> None:
+    """Write the manifest of a new store in ``path`` (missing or empty); the model is checked first."""
+    from ..embed import check_available
+
+    if path.exists() and any(path.iterdir()):
+        raise StoreError(f"{path} exists and is not a kbtool store: choose another store path")
+    spec = spec_of(model)
+    check_available(spec)  # fail before anything is written
+    path.mkdir(parents=True, exist_ok=True)
+    write_json(path / "manifest.json", new(spec, version))
+
+
+def embedding_record(spec) -> Embedding:
+    """What a fresh (or rebuilt) store records of its model, before any vector gives the width."""
+    return {**spec.to_manifest(), "dim": None, "max_tokens": spec.max_tokens}
+
+
+def read(path: Path) -> Manifest:
+    """The manifest in store folder ``path``; StoreError if unreadable, incomplete or of another format."""
+    file = path / "manifest.json"
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{file} is unreadable ({exc}): the store is damaged") from None
+    if not isinstance(manifest, dict):
+        raise StoreError(f"{file} is not a JSON object: the store is damaged")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise StoreError(
+            f"store {path} has format {version}, this kbtool reads format {FORMAT_VERSION}: "
+            + ("upgrade kbtool" if newer else "re-ingest into a new store"))
+    missing = [k for k in REQUIRED if not isinstance(manifest.get(k), dict) and k != "format_version"]
+    if missing:
+        raise StoreError(f"{file} lacks {', '.join(missing)}: the store is damaged; re-ingest into a new store")
+    return manifest
+
+
+def bm25_spec(manifest: Manifest) -> dict:
+    """The settings a BM25 index is built with: analyzer and bm25s parameters."""
+    return {"analyzer": AnalyzerConfig.from_dict(manifest["analyzer"]).to_dict(), "bm25": manifest["bm25"]}
+
+
+def bm25_digest(wanted: dict[str, str], spec: dict) -> str:
+    """Digest of a chunk set (chunk id -> index hash) and the BM25 settings: what a BM25 index on
+    disk records it holds."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
+    for cid in sorted(wanted):
+        h.update(f"{cid}\0{wanted[cid]}\n".encode())
+    return h.hexdigest()
+
+
+def spec_of(model):
+    """An ``EmbeddingSpec`` from a name, path, ``openai:URL#name`` or a spec."""
+    from ..embed import EmbeddingSpec, parse_model
+
+    return model if isinstance(model, EmbeddingSpec) else parse_model(model)
+
+
+def check_model(manifest: Manifest, model, where: Path) -> None:
+    """Refuse vectors made another way: a different model (name, path or spec), or, for a spec,
+    different query/passage prefixes. An endpoint's URL may change freely."""
+    if model is None:
+        return
+    from ..embed import EmbeddingSpec
+
+    mine = EmbeddingSpec.from_manifest(manifest["embedding"])
+    if isinstance(model, EmbeddingSpec):
+        asked, differs = model, model.identity() != mine.identity()
+    else:
+        asked = spec_of(model)
+        differs = asked.model != mine.model
+    if not differs:
+        return
+    if asked.model != mine.model:
+        what = f"embedding model {mine.model!r}, not {asked.model!r}"
+    else:
+        mi, ai = mine.identity(), asked.identity()
+        what = ", ".join(f"{k} {mi[k]!r}, not {ai[k]!r}" for k in mi if mi[k] != ai[k])
+    shown = f"--model {model}" if isinstance(model, str) else asked.cli()
+    raise ModelMismatchError(
+        f"store {where} was built with {what}: query with the store's own model, or rebuild its "
+        f"vectors with `kbtool index {shown} --rebuild`")
+
+
+def check_dim(manifest: Manifest, vectors, where: Path, kind: str = "query") -> None:
+    """Vectors of another width than the store's: the endpoint now serves another model."""
+    dim = manifest["embedding"].get("dim")
+    got = int(np.asarray(vectors).shape[1]) if len(vectors) else dim
+    if dim and got != dim:
+        raise ModelMismatchError(
+            f"the embedding model returned {got}-d {kind} vectors; store {where} holds {dim}-d vectors "
+            f"of {manifest['embedding']['model']!r}: point the model at the server of that model, or rebuild "
+            "with `kbtool index --model ... --rebuild`")

@@ -1,0 +1,144 @@
+"""The vector index behind a small interface, and its first engine: Chroma embedded.
+
+``VectorIndex`` is all the rest of kbtool asks of a vector engine: upsert, delete, what it holds
+(ids and the index hash each was written with), get vectors, search with a document filter,
+count, drop. ``ChromaVectors`` is the only code of kbtool that imports chromadb; a Chroma server
+(or any other engine) is a second class with the same methods.
+
+Every vector is written with explicit embeddings and searched with explicit query embeddings:
+Chroma's default embedding function would download a model.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+COLLECTION = "chunks"
+# Chroma's HNSW defaults (search ef 10) lose recall badly; `make bench` measures recall@k of these.
+HNSW = {"space": "cosine", "ef_construction": 200, "ef_search": 128, "max_neighbors": 32}
+_BATCH = 5000  # Chroma refuses batches over 5461
+
+
+def index_hash(content_hash: str, meta: str) -> str:
+    """What a vector is written with: its text's hash and its metadata (a metadata change rewrites it)."""
+    import hashlib
+
+    return hashlib.sha256((content_hash + meta).encode()).hexdigest()[:32]
+
+
+class VectorIndex(Protocol):
+    def exists(self) -> bool: ...
+    def count(self) -> int: ...
+    def indexed(self) -> dict[str, str]: ...  # chunk_id -> index hash it was written with
+    def upsert(self, ids: list[str], vectors: np.ndarray, metadatas: list[dict]) -> None: ...
+    def delete(self, ids: list[str]) -> None: ...
+    def get(self, ids: list[str]) -> dict[str, np.ndarray]: ...
+    def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]: ...
+    def drop(self) -> None: ...
+    def verify(self, wanted: dict[str, str], dim: int | None) -> dict: ...
+
+
+class ChromaVectors:
+    """Chroma embedded (``PersistentClient``) in ``path``; cosine space, HNSW settings from the manifest.
+    Safe across threads: the client is made once, under a lock."""
+
+    def __init__(self, path: Path, hnsw: dict):
+        self.path = path
+        self.hnsw = dict(hnsw)
+        self._collection = None
+        self._client = None
+        self._lock = threading.Lock()
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def _col(self):
+        with self._lock:
+            if self._collection is None:
+                from .._env import setup_offline_env
+
+                setup_offline_env()
+                import chromadb
+                from chromadb.config import Settings
+
+                if not self.path.is_dir():
+                    # chromadb caches clients per path in the process: a folder deleted under it would
+                    # still look full. Start from what is on disk.
+                    from chromadb.api.client import SharedSystemClient
+
+                    SharedSystemClient.clear_system_cache()
+                self._client = chromadb.PersistentClient(path=str(self.path),
+                                                         settings=Settings(anonymized_telemetry=False))
+                self._collection = self._client.get_or_create_collection(
+                    COLLECTION, configuration={"hnsw": dict(self.hnsw)}, embedding_function=None)
+            return self._collection
+
+    def count(self) -> int:
+        return self._col().count()
+
+    def indexed(self) -> dict[str, str]:
+        col = self._col()
+        out: dict[str, str] = {}
+        offset = 0
+        while True:
+            got = col.get(include=["metadatas"], limit=_BATCH, offset=offset)
+            for cid, meta in zip(got["ids"], got["metadatas"]):
+                out[cid] = (meta or {}).get("index_hash", "")
+            if len(got["ids"]) < _BATCH:
+                return out
+            offset += _BATCH
+
+    def upsert(self, ids: list[str], vectors: np.ndarray, metadatas: list[dict]) -> None:
+        col = self._col()
+        for start in range(0, len(ids), _BATCH):
+            end = start + _BATCH
+            col.upsert(ids=ids[start:end], embeddings=np.asarray(vectors[start:end], dtype=np.float32),
+                       metadatas=metadatas[start:end])
+
+    def delete(self, ids: list[str]) -> None:
+        col = self._col()
+        for start in range(0, len(ids), _BATCH):
+            col.delete(ids=ids[start : start + _BATCH])
+
+    def get(self, ids: list[str]) -> dict[str, np.ndarray]:
+        got = self._col().get(ids=list(ids), include=["embeddings"])
+        vecs = got["embeddings"] if got["embeddings"] is not None else []
+        return {cid: np.asarray(v, dtype=np.float32) for cid, v in zip(got["ids"], vecs)}
+
+    def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+        """Nearest chunks by cosine for each query vector, best first, ties by id; ``doc_ids``
+        restricts the search to these documents (inside Chroma, before ranking)."""
+        col = self._col()
+        n = col.count()
+        if n == 0 or (doc_ids is not None and not doc_ids):
+            return [[] for _ in range(len(vectors))]
+        where = {"doc_id": {"$in": list(doc_ids)}} if doc_ids is not None else None
+        res = col.query(query_embeddings=vectors, n_results=min(depth, n), where=where, include=["distances"])
+        return [sorted(((cid, 1.0 - float(d)) for cid, d in zip(ids, dists)), key=lambda x: (-x[1], x[0]))
+                for ids, dists in zip(res["ids"], res["distances"])]
+
+    def drop(self) -> None:
+        self._col()
+        with self._lock:
+            self._client.delete_collection(COLLECTION)
+            self._collection = None
+
+    def verify(self, wanted: dict[str, str], dim: int | None) -> dict:
+        """What the index holds against what it should (chunk_id -> index hash): missing, ghost and
+        stale ids, and the width of a stored vector."""
+        have = self.indexed()
+        out = {
+            "held": len(have),
+            "missing": [c for c in wanted if c not in have],
+            "ghosts": [c for c in have if c not in wanted],
+            "stale": [c for c in wanted if c in have and have[c] != wanted[c]],
+            "dim": None,
+        }
+        if have and dim:
+            sample = self.get([next(iter(have))])
+            out["dim"] = len(next(iter(sample.values()))) if sample else None
+        return out

@@ -1,0 +1,88 @@
+"""One Store shared by threads: readers run concurrently while one thread writes, as a server, a
+thread pool or a notebook's background task would use it. Real model, real Chroma, real files."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from kbtool.contract import default_contract
+from kbtool.ingestion.pipeline import ingest
+from kbtool.query.pipeline import retrieve
+from kbtool.store import Store
+
+from .conftest import write
+
+
+def test_queries_from_a_thread_pool_while_another_thread_ingests(tmp_path, embedder):
+    folder = tmp_path / "d"
+    write(folder / "base.md", "# Base\n\nThe lighthouse keeper logs the amberfinch every morning.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [folder], embedder=embedder)
+    contract = default_contract()
+    done = threading.Event()
+    errors: list[BaseException] = []
+    seen_new: set[str] = set()
+
+    def writer() -> None:
+        try:
+            for i in range(4):
+                write(folder / f"new{i}.md", f"# New {i}\n\nThe word copperkettle{i} appears in note {i}.\n")
+                ingest(store, [folder], embedder=embedder)  # the same Store object, another thread
+            (folder / "new0.md").unlink()
+            ingest(store, [folder], embedder=embedder)  # a removal while readers run
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def reader(n: int) -> int:
+        asked = 0
+        while not done.is_set() or asked < 3:
+            a = retrieve(store, contract, f"copperkettle{n % 4} amberfinch", embedder=embedder)
+            held = set(store.document_ids())
+            # never a ghost: every hit is a document the catalog held when the answer was read
+            assert all(h.doc_id in held or h.doc_id == "new0.md" for h in a.hits)
+            seen_new.update(h.doc_id for h in a.hits if h.doc_id.startswith("new"))
+            asked += 1
+        return asked
+
+    w = threading.Thread(target=writer)
+    w.start()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        counts = list(pool.map(reader, range(4)))  # re-raises any reader's exception here
+    w.join()
+    assert not errors, errors
+    assert all(c >= 3 for c in counts)
+    assert store.is_indexed() and sorted(store.document_ids()) == ["base.md", "new1.md", "new2.md", "new3.md"]
+    final = retrieve(store, contract, "copperkettle0", embedder=embedder, top_k=10)
+    assert "new0.md" not in {h.doc_id for h in final.hits}  # removed from both indexes
+    hit = retrieve(store, contract, "copperkettle3", embedder=embedder)
+    assert hit.hits[0].doc_id == "new3.md"
+
+
+def test_a_second_writing_thread_waits_for_the_first(tmp_path, embedder):
+    store = Store.open(tmp_path / "kb", create=True)
+    order: list[str] = []
+    inside = threading.Event()
+
+    def first() -> None:
+        with store.writing():
+            order.append("first in")
+            inside.set()
+            threading.Event().wait(0.3)
+            order.append("first out")
+
+    def second() -> None:
+        inside.wait()
+        order.append(f"active {store.writer_active()}")  # another thread of this process is writing
+        with store.writing():
+            order.append("second in")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert order == ["first in", "active True", "first out", "second in"]
+    assert not store.writer_active()
