@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Store", "Contract", "load_contract", "default_contract", "retrieve", "Answer", "Hit", "evaluate",
-    "Retriever", "ingest", "IngestOptions", "IngestReport", "ChunkParams", "SentenceTransformerEmbedder",
+    "Retriever", "ingest", "IngestOptions", "IngestReport", "ChunkParams", "IndexReport", "calibrate",
+    "SentenceTransformerEmbedder",
     "KbtoolError", "__version__",
 ]
 
@@ -19,7 +20,7 @@ _LAZY = {
     "retrieve": "query.pipeline", "Answer": "query.pipeline", "Hit": "query.pipeline",
     "evaluate": "evaluation.evaluate", "Retriever": "query.retriever",
     "ingest": "ingestion.pipeline", "IngestOptions": "ingestion.pipeline", "IngestReport": "ingestion.pipeline",
-    "ChunkParams": "chunk",
+    "ChunkParams": "chunk", "IndexReport": "index", "calibrate": "evaluation.calibrate",
     "SentenceTransformerEmbedder": "embed", "KbtoolError": "errors",
 }
 

@@ -25,7 +25,7 @@ from .bm25 import BM25Index
 from .catalog import Catalog
 from .files import write_json
 from .lock import WriterLock
-from .vectors import ChromaVectors, VectorIndex, index_hash
+from .vectors import VectorIndex, index_hash, open_vectors
 
 DEFAULT_STORE = ".kb"
 
@@ -40,7 +40,7 @@ class Store:
     def __init__(self, path: Path, manifest: mf.Manifest):
         self.path, self.manifest = path, manifest
         self.catalog = Catalog(path / "catalog.sqlite3")
-        self.vectors: VectorIndex = ChromaVectors(path / "chroma", manifest["hnsw"])
+        self.vectors: VectorIndex = open_vectors(path, manifest)
         self._bm25: BM25Index | None = None
         self._bm25_lock = threading.Lock()
         self._meta_cache: tuple = (None, [])

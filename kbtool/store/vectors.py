@@ -142,3 +142,9 @@ class ChromaVectors:
             sample = self.get([next(iter(have))])
             out["dim"] = len(next(iter(sample.values()))) if sample else None
         return out
+
+
+def open_vectors(store_path: Path, manifest: dict) -> VectorIndex:
+    """The vector index of the store in ``store_path``: Chroma embedded in ``chroma/`` (today's one
+    engine; another engine is chosen here, from the manifest)."""
+    return ChromaVectors(store_path / "chroma", manifest["hnsw"])
