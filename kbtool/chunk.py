@@ -35,11 +35,11 @@ class ChunkParams:
         hard_max = self.hard_max or 2 * size
         overlap = min(32, size // 4) if self.overlap is None else self.overlap
         if size < 16:
-            raise UsageError(f"--size {size} is too small: use at least 16 tokens")
+            raise UsageError(f"chunk size {size} is too small: use at least 16 tokens")
         if not 0 <= overlap < size // 2:
-            raise UsageError(f"--overlap {overlap} must be between 0 and half of --size ({size})")
+            raise UsageError(f"chunk overlap {overlap} must be between 0 and half of the chunk size ({size})")
         if hard_max < size:
-            raise UsageError(f"--hard-max {hard_max} must be at least --size ({size})")
+            raise UsageError(f"chunk hard_max {hard_max} must be at least the chunk size ({size})")
         return ChunkParams(size, overlap, hard_max, self.prefix)
 
     def to_dict(self) -> dict:

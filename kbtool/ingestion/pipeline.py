@@ -125,7 +125,7 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
 def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
     corpus = root / "corpus.jsonl"
     if not corpus.is_file():
-        raise InputError(f"{root} has no corpus.jsonl: --format beir expects a BEIR folder")
+        raise InputError(f"{root} has no corpus.jsonl: format beir expects a BEIR folder")
     seen: set[str] = set()
     with corpus.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -150,15 +150,15 @@ def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
 
 def _validate(options: IngestOptions) -> None:
     if options.format not in ("auto", "beir"):
-        raise UsageError(f"unknown --format {options.format!r}: use auto or beir")
+        raise UsageError(f"unknown format {options.format!r}: use auto or beir")
     check_metadata_keys(options.metadata)
     if options.encoding:
         try:
             codecs.lookup(options.encoding)
         except LookupError:
-            raise UsageError(f"unknown --encoding {options.encoding!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
+            raise UsageError(f"unknown encoding {options.encoding!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
     if options.max_file_size <= 0:
-        raise UsageError("--max-file-size must be positive")
+        raise UsageError("max_file_size must be positive")
     from .markup import MarkupRules
 
     MarkupRules.parse(options.markup_off)
@@ -172,7 +172,7 @@ def path_pattern(pattern: str):
     import re
 
     if not re.search(r"\{[A-Za-z_]\w*\}", pattern):
-        raise UsageError(f"--meta-from-path {pattern!r}: name at least one field, e.g. 'docs/{{lang}}/**'")
+        raise UsageError(f"meta_from_path {pattern!r}: name at least one field, e.g. 'docs/{{lang}}/**'")
     out, names = "", set()
     for token in re.split(r"(\{[A-Za-z_]\w*\}|\*\*/?|\*)", pattern):
         if not token:
@@ -180,7 +180,7 @@ def path_pattern(pattern: str):
         if token.startswith("{"):
             name = token[1:-1]
             if name in names or name in RESERVED_META:
-                raise UsageError(f"--meta-from-path {pattern!r}: field {name!r} is repeated or reserved")
+                raise UsageError(f"meta_from_path {pattern!r}: field {name!r} is repeated or reserved")
             names.add(name)
             out += f"(?P<{name}>[^/]+)"
         elif token.startswith("**"):
@@ -240,7 +240,7 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
         real = Path(raw).resolve()
         if options.include_root and options.format != "beir" and not Path(options.include_root).resolve().is_relative_to(
                 real if real.is_dir() else real.parent):
-            raise UsageError(f"--include-root {options.include_root} is outside {raw}: kbtool reads nothing "
+            raise UsageError(f"include_root {options.include_root} is outside {raw}: kbtool reads nothing "
                              "outside the folder it ingests")
     for raw in paths:
         path = Path(raw)
@@ -296,7 +296,7 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
     doc_ids = store.document_ids() if options.meta_from_path else []
     for pattern in options.meta_from_path:
         if not any(path_pattern(pattern).match(d) for d in doc_ids):
-            report.warnings.append(f"--meta-from-path {pattern!r} matches no document id (ids look like "
+            report.warnings.append(f"meta_from_path {pattern!r} matches no document id (ids look like "
                                    f"{next(iter(doc_ids), 'a/b.md')!r}: relative to the folder ingested)")
     store.manifest["last_ingest"] = now_iso()
     store.save_manifest()
