@@ -93,7 +93,7 @@ def _load(path: Path, qrels, split: str) -> QuestionSet:
         return _from_queries_and_qrels(path.name, queries, qrels_file)
     if qrels:
         if not Path(qrels).is_file():
-            raise InputError(f"--qrels {qrels}: no such file")
+            raise InputError(f"qrels {qrels}: no such file")
         return _from_queries_and_qrels(path.stem, path, Path(qrels))
     return _load_native(path)
 
