@@ -70,7 +70,8 @@ def test_the_group_of_a_mixed_question_is_the_rule_the_pipeline_applies(tiny, fa
         assert set(search.own) == {"identifier", "cjk"}
 
 
-@pytest.mark.parametrize("overrides", [[], CJK_FIRST], ids=["identifier-first", "cjk-first"])
+@pytest.mark.parametrize("overrides", [[], CJK_FIRST, ["retrieve.rules=[]"]],
+                         ids=["identifier-first", "cjk-first", "rules-appended"])
 def test_calibrate_scores_a_setting_as_eval_measures_it(tiny, fake_embedder, overrides):
     store, qs, _ = tiny
     contract = load_contract(None, overrides, search=False)

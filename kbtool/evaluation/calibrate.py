@@ -149,7 +149,7 @@ class _Question:
         from ..query.pipeline import answer
 
         return answer(self._store, contract, self.c, sc=self._sc, tags=self.q.tags, top_k=top_k or self._depth,
-                      explain=False, rows=self.rows)
+                      explain=False, rows=self.rows, with_trace=False)
 
     def metric(self, contract, objective: str, k: int) -> float:
         """The objective (a metric at cut-off ``k``) of the contract's answer, as eval scores it.

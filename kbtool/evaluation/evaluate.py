@@ -1,8 +1,7 @@
-"""Evaluate retrieval on a labelled question set: every mode side by side, per tag, refusals,
-CI gates and a paired significance test against a baseline.
+"""Evaluate retrieval on a labelled question set: every mode side by side, per tag, refusals.
 
 ``evaluate()`` returns an ``EvalReport``; ``report.to_dict()`` is the JSON schema documented in
-the README, and ``write_outputs()`` writes it with a per-question CSV, TREC runs and HTML.
+the README. Gates and baselines are in ``compare``, the files (CSV, TREC, HTML) in ``outputs``.
 """
 
 from __future__ import annotations

@@ -203,11 +203,13 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
 
 
 def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str] = (), count_tokens=None,
-           top_k: int | None = None, explain: bool = True, rows: dict | None = None) -> Answer:
+           top_k: int | None = None, explain: bool = True, rows: dict | None = None,
+           with_trace: bool = True) -> Answer:
     """Fuse, post-process and decide for one question's candidates (cheap, pure but for row reads).
 
     ``rows``: chunk rows by id already read for these candidates (``store.chunks_by_id(cands.ids)``),
-    for a caller answering the same candidates under many contracts (calibrate); None reads them."""
+    for a caller answering the same candidates under many contracts (calibrate); None reads them.
+    ``with_trace=False`` leaves ``Answer.trace`` empty (calibrate reads hits and confidence only)."""
     t0 = time.perf_counter()
     p = cands.processed
     fusion = contract.retrieve.fusion
@@ -263,7 +265,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)
     t_post = time.perf_counter() - t0
-    trace = {
+    trace = {} if not with_trace else {
         "candidates": {"dense": _top_list(cands, "dense"), "bm25": _top_list(cands, "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
