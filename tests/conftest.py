@@ -72,3 +72,66 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+class FakeEmbedder:
+    """A deterministic, instant embedder for logic tests (fusion, confidence, decisions,
+    calibrate's search): each word and word bigram is hashed into one of 64 dimensions, and the
+    vector is L2-normalised. Texts sharing words get a positive cosine; no model is loaded.
+
+    Its model id uses the endpoint scheme (``openai:``) because a store accepts a model it can
+    check without loading: a local id must be a real model folder. Nothing is ever sent anywhere:
+    tests pass this embedder to ``ingest`` and ``gather`` themselves."""
+
+    dim = 64
+    max_tokens = 256
+    runtime = "fake"
+
+    def __init__(self):
+        from kbtool.embed import EmbeddingSpec
+
+        self.spec = EmbeddingSpec(model="openai:kbtool-test-fake-hash64", max_tokens=self.max_tokens)
+        self.model_id = self.spec.model
+
+    @staticmethod
+    def _words(text: str) -> list[str]:
+        import re
+
+        # CJK characters count one by one, like the BM25 analyzer's unigrams
+        return re.findall(r"[\u3400-\u9fff]|[^\W_]+(?:-[^\W_]+)*", text.lower())
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._words(text))
+
+    def _vector(self, text: str):
+        import zlib
+
+        import numpy as np
+
+        v = np.zeros(self.dim, dtype=np.float32)
+        words = self._words(text)
+        for gram in words + [f"{a} {b}" for a, b in zip(words, words[1:])]:
+            h = zlib.crc32(gram.encode())
+            v[h % self.dim] += 1.0 if (h >> 8) % 2 else -1.0
+        n = float(np.linalg.norm(v))
+        return v / n if n else v
+
+    def embed(self, texts, progress=None):
+        import numpy as np
+
+        out = np.stack([self._vector(t) for t in texts]) if texts else np.zeros((0, self.dim), dtype=np.float32)
+        if progress:
+            progress(len(texts))
+        return out
+
+    def embed_queries(self, texts):
+        return self.embed(texts)
+
+    def for_bulk(self, total: int):
+        return self
+
+
+@pytest.fixture(scope="session")
+def fake_embedder():
+    """A deterministic fake embedder (see ``FakeEmbedder``): logic tests run in milliseconds."""
+    return FakeEmbedder()

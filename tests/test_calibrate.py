@@ -1,5 +1,6 @@
 """kbtool calibrate on real stores: cross-validated fusion, thresholds, the written contract."""
 
+import hashlib
 import json
 import random
 
@@ -147,7 +148,8 @@ def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_p
     written = (tmp_path / "kbtool.yaml").read_text()
     assert "# team: reviewed by ops" in written and "# your version of this contract" in written
     c = load_contract(tmp_path / "kbtool.yaml")
-    assert c.contract_version == 2 and c.calibration["question_set"]["sha256"]
+    assert c.contract_version == 2
+    assert c.calibration["question_set"]["sha256"] == hashlib.sha256(qfile.read_bytes()).hexdigest()
     assert c.retrieve.fusion.weights.dense <= 0.2
     # CI: eval against the recorded numbers; a changed question set is warned about
     r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02",
@@ -177,3 +179,32 @@ def test_bad_options_fail_before_any_work(sample_store, tmp_path):
     f = write(tmp_path / "file", "x")
     r = runner.invoke(app, base + ["--out", str(f)])
     assert r.exit_code == 2 and "--out" in r.stderr
+
+
+def test_calibrate_equals_eval_on_the_sample_set_with_mixed_questions(sample_store, embedder, tmp_path):
+    """The real model: calibrate's score of a setting is eval's on the contract it writes, for
+    English, identifier, Chinese and mixed Chinese + error-code questions, whichever rule comes first."""
+    from kbtool.evaluation.calibrate import CONFIGS, Search, gathered, written_contract
+    from kbtool.evaluation.evaluate import EvalConfig, evaluate
+
+    mixed = [("错误 TW-E2010 怎么修复", "如果客户端多次重试后仍然失败"), ("出现 TW-E6004 怎么办", "很多公司代理会拦截并替换 TLS 证书"),
+             ("TW-E4031 是什么错误", "错误代码为 TW-E4031")]
+    lines = SAMPLE_SET.read_text(encoding="utf-8").splitlines()
+    lines += [json.dumps({"id": f"mix{i}", "question": q, "relevant": [{"doc": "zh/faq.md", "evidence": e}]},
+                         ensure_ascii=False) for i, (q, e) in enumerate(mixed)]
+    qs = load_questions(write(tmp_path / "mixed.jsonl", "\n".join(lines) + "\n"))
+    cjk_first = ["retrieve.rules=[{when: cjk, weights: {dense: 0.1, bm25: 0.9}}, "
+                 "{when: identifier, weights: {dense: 0.3, bm25: 0.7}}]"]
+    for overrides, ci, wmap in (([], 0, {"identifier": 4, "cjk": 2, "other": 7}),
+                                (cjk_first, 3, {"identifier": 6, "cjk": 0, "other": 8})):
+        contract = load_contract(None, overrides, search=False)
+        items = [it for it in gathered(sample_store, qs, contract, k=10, embedder=embedder) if it.q.answerable]
+        search = Search(contract, items, "ndcg@10", min_count=3)
+        groups = dict(zip((it.q.id for it in items), search.groups))
+        assert {groups[f"mix{i}"] for i in range(3)} == {"cjk" if overrides else "identifier"}
+        written = written_contract(contract, True, search.proposal(ci, wmap))
+        report = evaluate(sample_store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]),
+                          contract=written, embedder=embedder)
+        evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
+        mine = dict(zip((it.q.id for it in items), search.per_question(ci, wmap)))
+        assert mine == pytest.approx(evals, abs=1e-12), CONFIGS[ci]

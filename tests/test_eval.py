@@ -7,7 +7,9 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.errors import InputError
-from kbtool.evaluation.evaluate import EvalConfig, compare_to_baseline, evaluate, parse_gate, read_baseline, write_outputs
+from kbtool.evaluation.compare import compare_to_baseline, parse_gate, read_baseline
+from kbtool.evaluation.evaluate import EvalConfig, evaluate
+from kbtool.evaluation.outputs import write_report
 from kbtool.evaluation.questions import load_questions
 
 from .conftest import ROOT, write
@@ -130,7 +132,7 @@ def test_thresholds_refuse(sample_store, retriever):
 
 def test_trec_files_rescored_by_ranx_give_the_same_numbers(sample_report, tmp_path):
     ranx = pytest.importorskip("ranx")
-    write_outputs(sample_report, tmp_path)
+    write_report(sample_report, tmp_path)
     qrels = ranx.Qrels.from_file(str(tmp_path / "qrels.trec"), kind="trec")
     names = ["ndcg@10", "mrr@10", "hit_rate@5", "map@10", "recall@10", "precision@5"]
     ours = sample_report.metrics()
@@ -144,7 +146,7 @@ def test_trec_files_rescored_by_ranx_give_the_same_numbers(sample_report, tmp_pa
 def test_out_writes_every_file(sample_report, tmp_path):
     import pandas as pd
 
-    files = {p.name for p in write_outputs(sample_report, tmp_path)}
+    files = {p.name for p in write_report(sample_report, tmp_path)}
     assert files == {"summary.json", "per_question.csv", "qrels.trec", "run.bm25.trec", "run.dense.trec",
                      "run.contract.trec", "report.html"}
     df = pd.read_csv(tmp_path / "per_question.csv")
@@ -273,7 +275,7 @@ def test_trec_ids_with_spaces_stay_parseable(sample_store, retriever, tmp_path):
     path = write(tmp_path / "s.jsonl", '{"id": "q 1", "question": "TW-E5120", '
                                        '"relevant": ["manual/troubleshooting.md"]}\n')
     report = evaluate(sample_store, load_questions(path), EvalConfig(modes=["bm25"], ks=[10]), retriever=retriever)
-    write_outputs(report, tmp_path / "out")
+    write_report(report, tmp_path / "out")
     run = ranx.Run.from_file(str(tmp_path / "out" / "run.bm25.trec"), kind="trec")
     qrels = ranx.Qrels.from_file(str(tmp_path / "out" / "qrels.trec"), kind="trec")
     assert ranx.evaluate(qrels, run, "ndcg@10") == pytest.approx(report.metrics()["bm25"]["ndcg@10"], abs=1e-6)

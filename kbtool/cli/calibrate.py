@@ -70,9 +70,12 @@ def calibrate(
     diff = "".join(difflib.unified_diff((old or dump_yaml(c)).splitlines(True), new.splitlines(True),
                                         fromfile=str(path or "(built-in contract)"), tofile=str(target)))
     if out_dir:
-        from ..evaluation.calibrate import write_outputs
+        from ..evaluation.outputs import write_calibration
 
-        files = write_outputs(result, out_dir)
+        try:
+            files = write_calibration(result, out_dir)
+        except InputError as exc:
+            raise InputError(f"--out {exc}") from None
         if not quiet:
             err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False, markup=False)
     if write:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -10,6 +11,32 @@ from . import app
 from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
 
 EXIT_GATE = 3
+# Library messages name the parameter (``gate 'x': ...``, as a Python caller passes it); here the flag.
+FLAGS = {"ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
+         "recorded gate": "--fail-under-recorded", "qrels": "--qrels"}
+
+
+def flag_wording(flags: dict[str, str]):
+    """A command decorator: a library error whose message starts with a parameter name in
+    ``flags`` is shown with the flag instead."""
+
+    def wrap(fn):
+        from ..errors import KbtoolError
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except KbtoolError as exc:
+                msg = str(exc)
+                for name, flag in flags.items():
+                    if msg.startswith((name + " ", name + ":")):
+                        raise type(exc)(flag + msg[len(name):]) from None
+                raise
+
+        return wrapper
+
+    return wrap
 
 
 def _csv(values: Optional[List[str]]) -> list[str]:
@@ -18,6 +45,7 @@ def _csv(values: Optional[List[str]]) -> list[str]:
 
 @app.command("eval")
 @handle_errors
+@flag_wording(FLAGS)
 def eval_(
     questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
     modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,contract]; also hybrid (RRF k=60), rrf:K and weighted:W.")] = None,
@@ -50,9 +78,9 @@ def eval_(
     from rich.markup import escape
 
     from ..errors import InputError, UsageError
-    from ..evaluation.evaluate import (DEFAULT_KS, DEFAULT_MODES, EvalConfig, check_gates, compare_to_baseline,
-                                       evaluate, prepare_gates, read_baseline, significant_regressions,
-                                       write_outputs)
+    from ..evaluation.compare import (check_gates, compare_to_baseline, prepare_gates, read_baseline, recorded_gate,
+                                      significant_regressions)
+    from ..evaluation.evaluate import DEFAULT_KS, DEFAULT_MODES, EvalConfig, evaluate
     from ..evaluation.metrics import DEFAULT_METRICS
     from ..evaluation.questions import lint_against_store, load_questions
 
@@ -109,7 +137,7 @@ def eval_(
     gates = prepare_gates(fail_under or [], config, qs)
     if fail_under_recorded is not None and (base is None or "contract" not in config.modes):
         raise UsageError("--fail-under-recorded needs one contract and the contract mode")
-    from ..evaluation.evaluate import calibration_warnings
+    from ..evaluation.provenance import calibration_warnings
 
     for warning in calibration_warnings(base, kb, qs) if base is not None else []:
         err.print(f"[yellow]warning[/] {escape(warning)}", highlight=False)
@@ -134,8 +162,6 @@ def eval_(
                               "warnings": calibration_warnings(base, kb, qs)}
     gates_ok = check_gates(report, gates)
     if fail_under_recorded is not None:
-        from ..evaluation.evaluate import recorded_gate
-
         rec = recorded_gate(base, report, fail_under_recorded)
         for c in rec["checks"]:
             report.gates.append({"spec": f"contract:{c['metric']}>=recorded-{fail_under_recorded:g}",
@@ -148,8 +174,10 @@ def eval_(
         compare_to_baseline(report, baseline_scores)
         regressions = significant_regressions(report)
     if out_dir:
+        from ..evaluation.outputs import write_report
+
         try:
-            files = write_outputs(report, out_dir)
+            files = write_report(report, out_dir)
         except OSError as exc:
             raise InputError(f"--out {out_dir}: cannot write ({exc.strerror})") from None
         if not quiet:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from ..evaluation.evaluate import HEADLINE, primary_mode
+from ..evaluation.compare import primary_mode
+from ..evaluation.metrics import HEADLINE
 
 
 def _f(v) -> str:

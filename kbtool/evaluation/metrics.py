@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 
 Ranking = Sequence[str]
 Qrels = Mapping[str, float]
+HEADLINE = ("hit_rate@5", "mrr@10", "ndcg@10")  # the metrics tables and reports lead with
 
 
 def _relevant(qrels: Qrels) -> set[str]:

@@ -89,11 +89,11 @@ def _load(path: Path, qrels, split: str) -> QuestionSet:
         if not queries.exists():
             raise InputError(f"{path} has no queries.jsonl: a BEIR folder needs queries.jsonl and qrels/{split}.tsv")
         if not qrels_file.exists():
-            raise InputError(f"{qrels_file} not found: pass --split or --qrels")
+            raise InputError(f"{qrels_file} not found: give another split or a qrels file")
         return _from_queries_and_qrels(path.name, queries, qrels_file)
     if qrels:
         if not Path(qrels).is_file():
-            raise InputError(f"--qrels {qrels}: no such file")
+            raise InputError(f"qrels {qrels}: no such file")
         return _from_queries_and_qrels(path.stem, path, Path(qrels))
     return _load_native(path)
 

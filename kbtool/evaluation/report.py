@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from html import escape
 
+from .compare import primary_mode
+from .metrics import HEADLINE
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
 
 
@@ -55,8 +58,6 @@ def render_html(data: dict) -> str:
     ) if data["question_set"]["answerable"] else "<p>No answerable question: nothing to plot.</p>"
     names = [f"{b}@{k}" for b in data["config"]["metrics"] for k in ks]
     summary = _table(["metric", *modes], [[n, *[metrics[m][n] for m in modes]] for n in names])
-    from .evaluate import HEADLINE, primary_mode
-
     headline = [n for n in HEADLINE if n in names] or names[:3]
     tag_rows = []
     for tag, entry in data["by_tag"].items():

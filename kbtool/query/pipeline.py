@@ -203,8 +203,13 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
 
 
 def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str] = (), count_tokens=None,
-           top_k: int | None = None, explain: bool = True) -> Answer:
-    """Fuse, post-process and decide for one question's candidates (cheap, pure but for row reads)."""
+           top_k: int | None = None, explain: bool = True, rows: dict | None = None,
+           with_trace: bool = True) -> Answer:
+    """Fuse, post-process and decide for one question's candidates (cheap, pure but for row reads).
+
+    ``rows``: chunk rows by id already read for these candidates (``store.chunks_by_id(cands.ids)``),
+    for a caller answering the same candidates under many contracts (calibrate); None reads them.
+    ``with_trace=False`` leaves ``Answer.trace`` empty (calibrate reads hits and confidence only)."""
     t0 = time.perf_counter()
     p = cands.processed
     fusion = contract.retrieve.fusion
@@ -222,7 +227,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     pos = {c: i for i, c in enumerate(cands.ids)}
     # Read rows for a margin beyond top_k so dedup can still fill the list.
     window = fused[: top_k + 20] if contract.postprocess.dedup.enabled else fused[:top_k]
-    rows = store.chunks_by_id([c for c, _ in window])
+    rows = store.chunks_by_id([c for c, _ in window]) if rows is None else rows
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
     if contract.postprocess.dedup.enabled:
@@ -260,7 +265,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)
     t_post = time.perf_counter() - t0
-    trace = {
+    trace = {} if not with_trace else {
         "candidates": {"dense": _top_list(cands, "dense"), "bm25": _top_list(cands, "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
@@ -272,6 +277,28 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
         explanation=explanation, context=context, method=method, filters=sc.filters, trace=trace,
     )
+
+
+def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:
+    """For each question's detected types, which rule fuses it: the ``when`` of the contract rule
+    that ``Contract.weights_for`` picks, or 'other' when none does (``retrieve.fusion.weights``).
+
+    Asked of ``weights_for`` itself, on a copy whose rules carry distinct weights, so the choice
+    (rule order, types skipped for a multilingual model) has one implementation."""
+    from ..contract import Weights
+
+    rules = contract.retrieve.rules
+    probe_rules = [r.model_copy(update={"weights": Weights(dense=1.0, bm25=(i + 1) / (len(rules) + 1))})
+                   for i, r in enumerate(rules)]
+    fusion = contract.retrieve.fusion.model_copy(update={"weights": Weights(dense=0.0, bm25=1.0)})
+    probe = contract.model_copy(update={"retrieve": contract.retrieve.model_copy(
+        update={"rules": probe_rules, "fusion": fusion})})
+    by_weight = [(r.weights.normalised()[0], rule.when) for r, rule in zip(probe_rules, rules)]
+    out = []
+    for types in types_of:
+        dense = probe.weights_for(set(types))[0]
+        out.append(next((when for w, when in by_weight if abs(w - dense) < 1e-9), "other"))
+    return out
 
 
 def _top_list(cands: Candidates, which: str, n: int = 20) -> list:

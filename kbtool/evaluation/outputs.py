@@ -1,0 +1,112 @@
+"""Files a run leaves behind: eval's summary.json, per-question CSV, TREC runs and qrels and HTML
+report; calibrate's calibration.json and calibration.png. Writers only: every number is already
+in the report or result they are given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ..errors import InputError
+from .questions import trec_id, write_trec_qrels
+from .report import render_html
+
+
+def write_report(report, out_dir: Path) -> list[Path]:
+    """summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html."""
+    import pandas as pd
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = report.to_dict()
+    written = []
+    summary = out_dir / "summary.json"
+    summary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    written.append(summary)
+
+    rows = []
+    for r in report.results:
+        for mode, mr in r.modes.items():
+            rows.append({"id": r.question.id, "question": r.question.question, "tags": ";".join(r.question.tags),
+                         "answerable": r.question.answerable, "level": r.level, "mode": mode,
+                         "first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
+                         "top_doc": mr.top_doc, "refused": mr.refused, **mr.metrics})
+    csv_path = out_dir / "per_question.csv"
+    pd.DataFrame(rows).to_csv(csv_path, index=False)
+    written.append(csv_path)
+
+    qrels = {r.question.id: next(iter(r.modes.values())).qrels for r in report.answerable()}
+    qrels_path = out_dir / "qrels.trec"
+    write_trec_qrels(qrels_path, qrels)
+    written.append(qrels_path)
+    for mode in report.config.modes:
+        path = out_dir / f"run.{_safe(mode)}.trec"
+        with path.open("w", encoding="utf-8") as fh:
+            # Answerable questions only, like qrels.trec, so TREC tools see the same query set.
+            for r in report.answerable():
+                mr = r.modes[mode]
+                qid = trec_id(r.question.id)
+                for rank, (unit, s) in enumerate(zip(mr.ranking, mr.unit_scores), start=1):
+                    # Strictly decreasing scores, so any tool re-sorting by score keeps our order.
+                    fh.write(f"{qid} Q0 {trec_id(unit)} {rank} {s - rank * 1e-9:.12f} kbtool-{_safe(mode)}\n")
+        written.append(path)
+    html = out_dir / "report.html"
+    html.write_text(render_html(data), encoding="utf-8")
+    written.append(html)
+    return written
+
+
+def _safe(mode: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", mode)
+
+
+def write_calibration(result, out_dir) -> list[Path]:
+    """calibration.json (everything) and calibration.png (trade-off, distributions, weight curves)."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        js = out_dir / "calibration.json"
+        js.write_text(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        png = out_dir / "calibration.png"
+        plot_calibration(result, png)
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot write ({exc.strerror})") from None
+    return [js, png]
+
+
+def plot_calibration(result, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    ax = axes[0]
+    table = result.threshold_table
+    ax.plot([r["false_refusal"] for r in table], [r["false_answer"] for r in table], marker=".")
+    if result.thresholds:
+        d = result.thresholds["default"]
+        ax.scatter([d["false_refusal"]], [d["false_answer"]], color="red", zorder=3,
+                   label=f"chosen: refuse below {d['low_confidence']:.3f}")
+        ax.legend()
+    ax.set_xlabel("false refusals (answerable refused)")
+    ax.set_ylabel("false answers (unanswerable answered)")
+    ax.set_title("Refusal trade-off over thresholds")
+    ax = axes[1]
+    bins = [i / 20 for i in range(21)]
+    ax.hist(result.distributions["answerable"], bins=bins, alpha=0.6, label="answerable")
+    ax.hist(result.distributions["unanswerable"], bins=bins, alpha=0.6, label="unanswerable")
+    ax.set_xlabel("top confidence")
+    ax.set_title("Confidence by question kind")
+    ax.legend()
+    ax = axes[2]
+    for g, curve in result.weight_curves.items():
+        ax.plot(curve["weights"], curve["metric"], marker=".", label=f"{g} (n={curve['count']})")
+    ax.set_xlabel("dense weight")
+    ax.set_ylabel(result.objective)
+    ax.set_title("Metric vs dense weight, per question type")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,159 @@
+"""calibrate's logic on a tiny store built with the fake embedder (milliseconds per run): every
+setting it scores is what eval measures on a contract with that setting, mixed CJK + identifier
+questions follow the contract's rule order, and the refusal rates it reports are eval's."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from kbtool.contract import load_contract
+from kbtool.errors import UsageError
+from kbtool.evaluation.calibrate import CONFIGS, WEIGHTS, Search, calibrate, gathered, written_contract
+from kbtool.evaluation.evaluate import EvalConfig, evaluate
+from kbtool.evaluation.provenance import calibration_warnings, questions_fingerprint
+from kbtool.evaluation.questions import load_questions
+from kbtool.ingestion.pipeline import ingest
+from kbtool.query.pipeline import rule_applied
+from kbtool.store import Store
+
+from .conftest import write
+
+CJK_FIRST = ["retrieve.rules=[{when: cjk, weights: {dense: 0.1, bm25: 0.9}}, "
+             "{when: identifier, weights: {dense: 0.3, bm25: 0.7}}]"]
+TOPICS = ["the agent stops syncing after a network timeout", "a refund is available within seven days",
+          "storage quota is full and uploads fail", "the proxy replaces the TLS certificate",
+          "two people edited the same file and a conflict copy was kept", "the license key was rejected",
+          "the folder was renamed on one side and deleted on the other", "the disk is read only"]
+ZH = ["同步失败，请检查网络连接", "存储配额已满，无法上传文件", "代理替换了证书，连接失败", "许可证密钥无效，请联系客服"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, fake_embedder):
+    base = tmp_path_factory.mktemp("tiny")
+    lines = []
+    for i, topic in enumerate(TOPICS):
+        code = f"TW-E{1000 + i}"
+        write(base / "docs" / f"en{i}.md", f"# Error {code}\n\nError {code} means {topic}. Restart the agent "
+                                           f"and try again; if {code} stays, contact support.\n")
+        lines.append({"id": f"id{i}", "question": f"What does {code} mean?",
+                      "relevant": [{"doc": f"en{i}.md", "evidence": topic}]})
+        lines.append({"id": f"en{i}", "question": f"why does it say {topic.split(' ', 2)[2]}?", "relevant": [f"en{i}.md"]})
+    for i, text in enumerate(ZH):
+        code = f"TW-E{2000 + i}"
+        write(base / "docs" / f"zh{i}.md", f"# 错误 {code}\n\n出现错误代码 {code} 表示{text}。请重启客户端。\n")
+        lines.append({"id": f"mix{i}", "question": f"错误 {code} 怎么修复", "relevant": [f"zh{i}.md"]})
+        lines.append({"id": f"zh{i}", "question": f"{text[:4]}怎么办？", "relevant": [f"zh{i}.md"]})
+    for i, q in enumerate(["How do I pay with PayPal?", "Is there a dark mode?", "Can I print invoices in Klingon?",
+                           "支持苹果手机吗？", "What does TW-E9999 mean?", "Where is the office in Oslo?"]):
+        lines.append({"id": f"u{i}", "question": q, "relevant": []})
+    questions = write(base / "q.jsonl", "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in lines))
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder).failed
+    return store, load_questions(questions), questions
+
+
+def test_the_group_of_a_mixed_question_is_the_rule_the_pipeline_applies(tiny, fake_embedder):
+    store, qs, _ = tiny
+    for overrides, expected in (([], "identifier"), (CJK_FIRST, "cjk")):
+        contract = load_contract(None, overrides, search=False)
+        items = gathered(store, qs, contract, k=10, embedder=fake_embedder)
+        mixed = [it for it in items if it.q.id.startswith("mix")]
+        assert all(it.types == {"identifier", "cjk"} for it in mixed)
+        search = Search(contract, [it for it in items if it.q.answerable], "ndcg@10", min_count=3)
+        assert {it.group for it in mixed} == {expected}
+        assert rule_applied(contract, [["identifier", "cjk"]]) == [expected]
+        # the weight the written contract gives them is the one their group was scored at
+        w = contract.weights_for({"identifier", "cjk"})[0]
+        assert w == pytest.approx(0.1 if expected == "cjk" else 0.3)
+        assert set(search.own) == {"identifier", "cjk"}
+
+
+@pytest.mark.parametrize("overrides", [[], CJK_FIRST, ["retrieve.rules=[]"]],
+                         ids=["identifier-first", "cjk-first", "rules-appended"])
+def test_calibrate_scores_a_setting_as_eval_measures_it(tiny, fake_embedder, overrides):
+    store, qs, _ = tiny
+    contract = load_contract(None, overrides, search=False)
+    items = gathered(store, qs, contract, k=10, embedder=fake_embedder)
+    ans = [it for it in items if it.q.answerable]
+    search = Search(contract, ans, "ndcg@10", min_count=3)
+    assert {"identifier", "cjk", "other"} <= set(search.groups)
+    rng = np.random.default_rng(1)
+    for ci in range(len(CONFIGS)):
+        wmap = {g: int(rng.integers(len(WEIGHTS))) for g in ("identifier", "cjk", "other")}
+        written = written_contract(contract, True, search.proposal(ci, wmap))
+        report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]), contract=written,
+                          embedder=fake_embedder)
+        evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
+        mine = dict(zip([it.q.id for it in ans], search.per_question(ci, wmap)))
+        assert mine == pytest.approx(evals, abs=1e-12), (CONFIGS[ci], wmap)
+
+
+def test_calibrate_refusal_rates_are_what_eval_measures_on_the_written_contract(tiny, fake_embedder):
+    store, qs, path = tiny
+    contract = load_contract(None, CJK_FIRST, search=False)
+    r = calibrate(store, qs, contract, embedder=fake_embedder, min_count=3, folds=3, source=str(path))
+    overall = r.thresholds["overall"]
+    refusal = r.verification["refusal"]
+    assert overall["false_answer"] * overall["unanswerable"] == pytest.approx(
+        refusal["unanswerable"] - refusal["correctly_refused"])
+    assert overall["false_refusal"] * overall["answerable"] == pytest.approx(refusal["wrongly_refused"])
+    # the in-sample score of the current contract is eval's
+    assert r.heldout["current"] == pytest.approx(r.verification["metrics"]["ndcg@10"], abs=1e-4) or r.adopted
+
+
+def test_appendix_records_the_file_sha256_and_the_content_fingerprint(tiny, fake_embedder):
+    store, qs, path = tiny
+    contract = load_contract(None, [], search=False)
+    r = calibrate(store, qs, contract, embedder=fake_embedder, min_count=3, folds=3, source=str(path))
+    record = r.appendix["question_set"]
+    assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert record["questions_fingerprint"] == questions_fingerprint(qs) != record["sha256"]
+    fewer = type(qs)(qs.name, qs.questions[:-1])
+    for appendix in (r.appendix,  # new form, and the old one (content fingerprint under sha256)
+                     {**r.appendix, "question_set": {"path": str(path), "sha256": questions_fingerprint(qs)}}):
+        cal = contract.model_copy(update={"calibration": appendix})
+        assert calibration_warnings(cal, store, qs) == []
+        assert any("question set differs" in w for w in calibration_warnings(cal, store, fewer))
+
+
+def test_evaluate_leaves_the_callers_config_alone(tiny, fake_embedder):
+    store, qs, _ = tiny
+    config = EvalConfig(modes=["bm25"], ks=[5], metrics=["ndcg"])
+    a = load_contract(None, [], search=False)
+    b = load_contract(None, ["retrieve.fusion.method=dense"], search=False)
+    first = evaluate(store, qs, config, contracts={"a": a}, embedder=fake_embedder)
+    assert config.modes == ["bm25"] and list(config.contract_names) == []
+    second = evaluate(store, qs, config, contracts={"b": b}, embedder=fake_embedder)
+    assert first.config.modes == ["bm25", "a"] and second.config.modes == ["bm25", "b"]
+
+
+def test_evaluate_with_a_retriever_uses_its_contract(tiny, fake_embedder):
+    from kbtool.query.retriever import Retriever
+
+    store, qs, _ = tiny
+    bm25_only = load_contract(None, ["retrieve.fusion.method=bm25"], search=False)
+    config = EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"])
+    via_retriever = evaluate(store, qs, config, retriever=Retriever(store, fake_embedder, contract=bm25_only))
+    direct = evaluate(store, qs, config, contract=bm25_only, embedder=fake_embedder)
+    default = evaluate(store, qs, config, embedder=fake_embedder)
+    assert via_retriever.metrics() == direct.metrics() != default.metrics()
+    with pytest.raises(UsageError, match="not both"):
+        evaluate(store, qs, config, contract=bm25_only, retriever=Retriever(store, fake_embedder))
+
+
+def test_library_errors_name_parameters_not_flags(tiny, fake_embedder):
+    store, qs, _ = tiny
+    contract = load_contract(None, [], search=False)
+    cases = [(dict(objective="ndgc@10"), "objective 'ndgc@10'"), (dict(folds=1), "folds 1"),
+             (dict(max_false_answer=0.1, max_false_refusal=0.1), "max_false_answer")]
+    for kwargs, message in cases:
+        with pytest.raises(UsageError) as exc:
+            calibrate(store, qs, contract, embedder=fake_embedder, **kwargs)
+        assert str(exc.value).startswith(message) and "--" not in str(exc.value)
+    for config, message in ((EvalConfig(ks=[0]), "ks"), (EvalConfig(level="page"), "level"),
+                            (EvalConfig(thresholds={"nope": 0.5}), "thresholds")):
+        with pytest.raises(UsageError) as exc:
+            evaluate(store, qs, config, embedder=fake_embedder)
+        assert str(exc.value).startswith(message) and "--" not in str(exc.value)
