@@ -164,6 +164,7 @@ def progress_bars(quiet: bool):
 
 
 PROGRESS_EVERY = 5.0  # seconds between plain progress lines
+RATE_AFTER = 0.5  # seconds a stage must have run before its rate means anything
 
 
 def _progress_lines():
@@ -181,14 +182,17 @@ def _progress_lines():
         if s["said_done"] or not (finished or now - s["last"] >= PROGRESS_EVERY):
             return
         s["last"] = now
-        elapsed = max(now - s["start"], 1e-9)
-        rate = s["done"] / elapsed
+        elapsed = now - s["start"]
         line = f"{stage}: {s['done']}/{total or '?'}"
         if total:
             line += f" ({100 * s['done'] / total:.0f}%)"
-        line += f", {rate:.1f}/s, {elapsed:.0f} s"
-        if total and not finished and rate > 0:
-            line += f", ETA {(total - s['done']) / rate:.0f} s"
+        if elapsed < RATE_AFTER:  # faster than the clock can say: no rate, no ETA
+            line += f", {elapsed:.1f} s"
+        else:
+            rate = s["done"] / elapsed
+            line += f", {rate:.1f}/s, {elapsed:.0f} s"
+            if total and not finished and rate > 0:
+                line += f", ETA {(total - s['done']) / rate:.0f} s"
         s["said_done"] = bool(finished)
         err.print(line, highlight=False, markup=False)
 
