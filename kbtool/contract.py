@@ -27,6 +27,7 @@ from .errors import ContractError
 CONTRACT_FILE = "kbtool.yaml"
 QUESTION_TYPES = ("identifier", "cjk", "other")
 RETRIEVERS = ("dense", "bm25")
+RRF_K = 60  # the RRF constant of Cormack et al. (2009): retrieve.fusion.rrf_k and the "hybrid" mode
 CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
                   "citation", "lines", "anchor", "url"}
 
@@ -103,7 +104,7 @@ class Weights(_Strict):
 class Fusion(_Strict):
     method: Literal["weighted", "rrf", "dense", "bm25"] = Field(
         "weighted", description="weighted (normalised scores), rrf (reciprocal rank), or one retriever alone")
-    rrf_k: int = Field(60, gt=0, description="RRF constant (Cormack et al. 2009)")
+    rrf_k: int = Field(RRF_K, gt=0, description="RRF constant (Cormack et al. 2009)")
     normalization: Literal["minmax", "zscore"] = Field(
         "minmax", description="how weighted fusion puts both retrievers' scores on one scale, per question")
     weights: Weights = Field(default_factory=Weights, description="weights when no rule below matches")
