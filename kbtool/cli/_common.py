@@ -12,7 +12,7 @@ from typing import Annotated, List, Optional
 import typer
 from rich.console import Console
 
-from ..errors import KbtoolError
+from ..errors import EXIT_INTERRUPTED, KbtoolError
 
 
 def _console(stderr: bool = False) -> Console:
@@ -29,9 +29,6 @@ def _console(stderr: bool = False) -> Console:
 
 out = _console()
 err = _console(stderr=True)
-
-# Exit codes (documented in the README).
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 StoreOpt = Annotated[
     Optional[Path],
@@ -90,7 +87,7 @@ def handle_errors(fn):
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("Interrupted.")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as exc:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from ..errors import ParseError
 
+MAX_FILE_SIZE = 50 * 2**20  # bytes: larger files are skipped (ingest's max_file_size, --max-file-size)
+
 SUPPORTED = {
     ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
@@ -351,7 +353,7 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
         b.lines = (source_line(first), max(source_line(first), source_line(end)))
 
 
-def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20,
+def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = MAX_FILE_SIZE,
                data: bytes | None = None, mtime: float | None = None,
                markup: MarkupContext | None = None) -> ParsedDocument:
     """Parse one file (or its already-read bytes); raises ParseError with a one-line reason."""
