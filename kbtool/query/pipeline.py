@@ -194,7 +194,7 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
     """Preprocess every question and gather its candidates (the expensive part)."""
     gatherer = Gatherer(store, embedder)
     retrievers = retrievers or needed_retrievers(contract)
-    spans = _token_spans(store, gatherer)
+    spans = _token_spans(store)
     processed = [preprocess(q, contract, spans) for q in questions]
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
     return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
@@ -317,7 +317,7 @@ def store_retrievers(store) -> tuple[str, ...]:
     return ("dense", "bm25") if store.has_bm25() else ("dense",)
 
 
-def _token_spans(store, gatherer):
+def _token_spans(store):
     """Model word-piece spans, from the tokenizer alone (no torch)."""
     try:
         from ..embed import load_tokenizer
