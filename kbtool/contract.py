@@ -318,7 +318,7 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
     for item in overrides or []:
         apply_override(data, item)
     if overrides:
-        where += " with --set " + " ".join(overrides)
+        where += " with overrides " + " ".join(overrides)
     return validate_contract(data, where)
 
 
@@ -350,7 +350,7 @@ def apply_override(data: dict, item: str) -> None:
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ContractError(f"--set {item!r}: write path=value, e.g. retrieve.top_k=8")
+        raise ContractError(f"override {item!r} (CLI: --set): write path=value, e.g. retrieve.top_k=8")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -366,7 +366,7 @@ def apply_override(data: dict, item: str) -> None:
             nxt = {}
             node[part] = nxt
         if not isinstance(nxt, (dict, list)):
-            raise ContractError(f"--set {item!r}: {part} is not a section")
+            raise ContractError(f"override {item!r} (CLI: --set): {part} is not a section")
         node = nxt
     last = parts[-1]
     if isinstance(node, list):
@@ -375,13 +375,13 @@ def apply_override(data: dict, item: str) -> None:
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise ContractError(f"--set {item!r}: cannot set inside a value")
+        raise ContractError(f"override {item!r} (CLI: --set): cannot set inside a value")
 
 
 def _list_item(items: list, part: str, item: str):
     """``rules.0``: a list element by its index."""
     if not part.isdigit() or int(part) >= len(items):
-        raise ContractError(f"--set {item!r}: {part!r} is not an index of a list of {len(items)} item(s)")
+        raise ContractError(f"override {item!r} (CLI: --set): {part!r} is not an index of a list of {len(items)} item(s)")
     return items[int(part)]
 
 

@@ -123,7 +123,7 @@ def decode_text(data: bytes, name: str, encoding: str | None = None) -> str:
 
     best = from_bytes(data).best()
     if best is None or best.encoding is None:
-        raise ParseError("not valid UTF-8 and no encoding detected: re-save as UTF-8 or pass --encoding")
+        raise ParseError("not valid UTF-8 and no encoding detected: re-save as UTF-8 or pass encoding= (CLI: --encoding)")
     return str(best)
 
 
@@ -293,7 +293,7 @@ def read_file(path: Path, max_bytes: int) -> tuple[bytes, float]:
         if not st.S_ISREG(info.st_mode):
             raise ParseError("not a regular file")
         if info.st_size > max_bytes:
-            raise ParseError(f"{info.st_size} bytes is larger than --max-file-size {max_bytes}")
+            raise ParseError(f"{info.st_size} bytes is larger than max_file_size {max_bytes} (CLI: --max-file-size, in MB)")
         return path.read_bytes(), info.st_mtime
     except OSError as exc:
         raise ParseError(f"cannot read: {exc.strerror or exc}") from None

@@ -104,7 +104,7 @@ def access_tags(contract, principal: str | None, allow: Sequence[str] | None) ->
     acc = contract.access
     if principal is None and not allow:
         if acc.require_principal:
-            raise AccessError("the contract requires a principal (access.require_principal): pass --principal NAME or --allow TAG")
+            raise AccessError("the contract requires a principal (access.require_principal): pass principal= or allow= (CLI: --principal NAME or --allow TAG)")
         return None
     tags = set(allow or [])
     if principal is not None:

@@ -99,7 +99,7 @@ class Retriever:
         from .pipeline import answer, gather, scope
 
         if top_k < 1:
-            raise UsageError("--top-k must be at least 1")
+            raise UsageError("top_k must be at least 1 (CLI: --top-k)")
         specs = [f"{k}={v}" for k, v in {**self.config.filters, **(filters or {})}.items()]
         contracts = {m: contract_for_mode(self.contract, m) for m in dict.fromkeys(modes)}
         base = self.contract
