@@ -27,6 +27,7 @@ from .errors import ContractError
 CONTRACT_FILE = "kbtool.yaml"
 QUESTION_TYPES = ("identifier", "cjk", "other")
 RETRIEVERS = ("dense", "bm25")
+RRF_K = 60  # the RRF constant of Cormack et al. (2009): retrieve.fusion.rrf_k and the "hybrid" mode
 CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
                   "citation", "lines", "anchor", "url"}
 
@@ -103,7 +104,7 @@ class Weights(_Strict):
 class Fusion(_Strict):
     method: Literal["weighted", "rrf", "dense", "bm25"] = Field(
         "weighted", description="weighted (normalised scores), rrf (reciprocal rank), or one retriever alone")
-    rrf_k: int = Field(60, gt=0, description="RRF constant (Cormack et al. 2009)")
+    rrf_k: int = Field(RRF_K, gt=0, description="RRF constant (Cormack et al. 2009)")
     normalization: Literal["minmax", "zscore"] = Field(
         "minmax", description="how weighted fusion puts both retrievers' scores on one scale, per question")
     weights: Weights = Field(default_factory=Weights, description="weights when no rule below matches")
@@ -317,7 +318,7 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
     for item in overrides or []:
         apply_override(data, item)
     if overrides:
-        where += " with --set " + " ".join(overrides)
+        where += " with overrides " + " ".join(overrides)
     return validate_contract(data, where)
 
 
@@ -349,7 +350,7 @@ def apply_override(data: dict, item: str) -> None:
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ContractError(f"--set {item!r}: write path=value, e.g. retrieve.top_k=8")
+        raise ContractError(f"override {item!r} (CLI: --set): write path=value, e.g. retrieve.top_k=8")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -365,7 +366,7 @@ def apply_override(data: dict, item: str) -> None:
             nxt = {}
             node[part] = nxt
         if not isinstance(nxt, (dict, list)):
-            raise ContractError(f"--set {item!r}: {part} is not a section")
+            raise ContractError(f"override {item!r} (CLI: --set): {part} is not a section")
         node = nxt
     last = parts[-1]
     if isinstance(node, list):
@@ -374,13 +375,13 @@ def apply_override(data: dict, item: str) -> None:
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise ContractError(f"--set {item!r}: cannot set inside a value")
+        raise ContractError(f"override {item!r} (CLI: --set): cannot set inside a value")
 
 
 def _list_item(items: list, part: str, item: str):
     """``rules.0``: a list element by its index."""
     if not part.isdigit() or int(part) >= len(items):
-        raise ContractError(f"--set {item!r}: {part!r} is not an index of a list of {len(items)} item(s)")
+        raise ContractError(f"override {item!r} (CLI: --set): {part!r} is not an index of a list of {len(items)} item(s)")
     return items[int(part)]
 
 

@@ -1,10 +1,24 @@
-"""Domain exceptions. The CLI turns each into a one-line message and an exit code."""
+"""Domain exceptions and the CLI's exit codes, in one place. The CLI turns each exception into a
+one-line message and its ``exit_code``:
+
+    0    EXIT_OK           success
+    1    EXIT_ERROR        an expected failure (KbtoolError: store, model, parse, input)
+    2    EXIT_USAGE        an invalid option value (UsageError), as for a command-line usage error
+    3    EXIT_GATE         `kbtool eval`: a quality gate (or --fail-on-regression) failed (GateFailed)
+    130  EXIT_INTERRUPTED  interrupted (Ctrl-C)
+"""
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_GATE = 3
+EXIT_INTERRUPTED = 130
 
 
 class KbtoolError(Exception):
     """Base class: an expected failure with a message that says how to fix it."""
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
 
 class InputError(KbtoolError):
@@ -14,7 +28,7 @@ class InputError(KbtoolError):
 class UsageError(InputError):
     """An option value is invalid (exit 2, like a command-line usage error)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class StoreError(KbtoolError):
@@ -39,3 +53,9 @@ class ContractError(InputError):
 
 class AccessError(InputError):
     """A query names an unknown principal, or none where the contract requires one."""
+
+
+class GateFailed(KbtoolError):
+    """An evaluation gate (or a significant regression) failed: exit 3, apart from errors."""
+
+    exit_code = EXIT_GATE

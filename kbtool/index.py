@@ -19,7 +19,7 @@ import numpy as np
 from .chunk import chunk, store_params
 from .document import embed_text
 from .store import manifest as mf
-from .store.bm25 import BM25Index
+from .store.bm25 import BM25Index, effective_params
 
 Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
 _EMBED_COMMIT = 256  # vectors per embedding-cache commit
@@ -132,6 +132,7 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
     """Rebuild BM25 whenever what it holds is not the catalog's chunk set — decided from its own
     record, never from the vector index (a sync killed after the vector writes left that current)."""
     bm25_dir = store.path / "bm25"
+    store.manifest["bm25"] = effective_params(store.manifest["bm25"])  # a robertson store moves to Lucene's IDF
     spec = store.bm25_spec()
     built_with = store.manifest.get("bm25_built_with", spec)  # older stores: their manifest's settings
     digest = mf.bm25_digest(wanted, spec)

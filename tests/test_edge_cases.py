@@ -187,13 +187,3 @@ def test_beir_records_with_bad_fields_or_encoding(tmp_path, store, embedder):
     (beir / "corpus.jsonl").write_bytes(b'{"_id": "d9", "text": "caf\xe9"}\n')
     with pytest.raises(InputError, match="corpus.jsonl:1"):
         ingest(store, [beir], IngestOptions(format="beir", parse_only=True))
-
-
-def test_rrf_k_of_the_config_is_used(sample_store, embedder):
-    from kbtool.query.retriever import RetrieverConfig
-
-    q = "refund window for European customers"
-    for k in (60, 1):
-        hit = Retriever(sample_store, embedder, RetrieverConfig(rrf_k=k)).search(q, mode="hybrid", top_k=1)[0]
-        expected = sum(1 / (k + r) for r in (hit.dense_rank, hit.bm25_rank) if r)
-        assert hit.score == pytest.approx(expected, abs=1e-6)

@@ -12,7 +12,7 @@ from typing import Annotated, List, Optional
 import typer
 from rich.console import Console
 
-from ..errors import KbtoolError
+from ..errors import EXIT_INTERRUPTED, KbtoolError
 
 
 def _console(stderr: bool = False) -> Console:
@@ -29,9 +29,6 @@ def _console(stderr: bool = False) -> Console:
 
 out = _console()
 err = _console(stderr=True)
-
-# Exit codes (documented in the README).
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 StoreOpt = Annotated[
     Optional[Path],
@@ -90,7 +87,7 @@ def handle_errors(fn):
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("Interrupted.")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as exc:
@@ -164,6 +161,7 @@ def progress_bars(quiet: bool):
 
 
 PROGRESS_EVERY = 5.0  # seconds between plain progress lines
+RATE_AFTER = 0.5  # seconds a stage must have run before its rate means anything
 
 
 def _progress_lines():
@@ -181,14 +179,17 @@ def _progress_lines():
         if s["said_done"] or not (finished or now - s["last"] >= PROGRESS_EVERY):
             return
         s["last"] = now
-        elapsed = max(now - s["start"], 1e-9)
-        rate = s["done"] / elapsed
+        elapsed = now - s["start"]
         line = f"{stage}: {s['done']}/{total or '?'}"
         if total:
             line += f" ({100 * s['done'] / total:.0f}%)"
-        line += f", {rate:.1f}/s, {elapsed:.0f} s"
-        if total and not finished and rate > 0:
-            line += f", ETA {(total - s['done']) / rate:.0f} s"
+        if elapsed < RATE_AFTER:  # faster than the clock can say: no rate, no ETA
+            line += f", {elapsed:.1f} s"
+        else:
+            rate = s["done"] / elapsed
+            line += f", {rate:.1f}/s, {elapsed:.0f} s"
+            if total and not finished and rate > 0:
+                line += f", ETA {(total - s['done']) / rate:.0f} s"
         s["said_done"] = bool(finished)
         err.print(line, highlight=False, markup=False)
 

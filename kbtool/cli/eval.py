@@ -7,10 +7,10 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from ..errors import EXIT_GATE
 from . import app
 from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
 
-EXIT_GATE = 3
 # Library messages name the parameter (``gate 'x': ...``, as a Python caller passes it); here the flag.
 FLAGS = {"ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
          "recorded gate": "--fail-under-recorded", "qrels": "--qrels"}

@@ -5,6 +5,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from ..ingestion.parse import MAX_FILE_SIZE
 from . import app
 from ._common import (JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
@@ -21,7 +22,7 @@ def ingest(
     parse_only: Annotated[bool, typer.Option("--parse-only", help="Stop after parsing: do not chunk or index.")] = False,
     keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
-    max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = 50.0,
+    max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = MAX_FILE_SIZE / 2**20,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
     markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
     include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, --8<-- \"path\") resolve against, inside the ingested folder [default: the ingested folder].")] = None,

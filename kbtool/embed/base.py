@@ -146,7 +146,7 @@ def _split_http(model: str) -> tuple[str, str]:
         ok = False
     if not ok or not name.strip():
         raise UsageError(
-            f"--model {model!r}: an endpoint is written openai:http://HOST:PORT/v1#MODEL_NAME "
+            f"model {model!r}: an endpoint is written openai:http://HOST:PORT/v1#MODEL_NAME "
             "(the URL the OpenAI-compatible API lives under, then # and the model name it serves)"
         )
     return url, name.strip()
@@ -172,12 +172,12 @@ def parse_model(model: str | None, *, query_prefix: str | None = None, passage_p
     model_id = canonical_model_id(model)
     dq, dp = ("", "") if input_type else default_prefixes(model_id)
     if input_type and url is None:
-        raise UsageError("--input-type applies to endpoint models (openai:http://HOST:PORT/v1#NAME) only")
+        raise UsageError("input_type (CLI: --input-type) applies to endpoint models (openai:http://HOST:PORT/v1#NAME) only")
     if url is None and (max_tokens is not None or tokenizer is not None):
-        raise UsageError("--max-tokens and --tokenizer apply to endpoint models (openai:http://HOST:PORT/v1#NAME): "
+        raise UsageError("max_tokens and tokenizer (CLI: --max-tokens, --tokenizer) apply to endpoint models (openai:http://HOST:PORT/v1#NAME): "
                          "a local model brings its own (use `kbtool chunk --size N` for smaller chunks)")
     if max_tokens is not None and max_tokens < 8:
-        raise UsageError(f"--max-tokens {max_tokens}: must be at least 8")
+        raise UsageError(f"max_tokens {max_tokens}: must be at least 8 (CLI: --max-tokens)")
     if tokenizer is not None:
         tokenizer = str(_tokenizer_file(tokenizer))
     return EmbeddingSpec(model=model_id, url=url,
@@ -213,7 +213,7 @@ def resolve_model_path(model: str) -> Path:
     except Exception as exc:
         raise ModelError(
             f"embedding model {model!r} is not a local folder and not in the local cache "
-            "(kbtool never downloads models): pass a local path, or openai:http://HOST:PORT/v1#NAME, with --model"
+            "(kbtool never downloads models): pass a local path, or openai:http://HOST:PORT/v1#NAME, as the model (CLI: --model)"
         ) from exc
 
 
@@ -228,7 +228,7 @@ def _tokenizer_file(path: str) -> Path:
     if p.is_dir():
         p = p / "tokenizer.json"
     if not p.is_file():
-        raise UsageError(f"--tokenizer {path}: no tokenizer.json there (pass the file or the model folder holding it)")
+        raise UsageError(f"tokenizer {path}: no tokenizer.json there (pass the file or the model folder holding it)")
     return p
 
 

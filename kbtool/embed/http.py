@@ -47,7 +47,7 @@ class HttpEmbedder:
     def __init__(self, spec: EmbeddingSpec, *, batch_size: int | None = None, timeout: float | None = None,
                  retries: int | None = None, backoff: float = 0.5):
         if not spec.url:
-            raise ModelError(f"{spec.model}: no endpoint URL recorded; pass --model openai:http://HOST:PORT/v1#NAME")
+            raise ModelError(f"{spec.model}: no endpoint URL recorded; give the model as openai:http://HOST:PORT/v1#NAME (CLI: --model)")
         self.spec = spec
         self.model_id = spec.model
         self.name = spec.model.split(":", 1)[1]
@@ -140,7 +140,7 @@ class HttpEmbedder:
         else:
             raise ModelError(
                 f"embedding server {self.endpoint} did not answer ({last}) after {self.retries + 1} tries: "
-                "start it, or point --model at the right openai:http://HOST:PORT/v1#NAME"
+                "start it, or give the model as the right openai:http://HOST:PORT/v1#NAME (CLI: --model)"
             )
         return self._vectors(payload, len(texts))
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsing hands these on)
 from ..errors import ParseError
 
+MAX_FILE_SIZE = 50 * 2**20  # bytes: larger files are skipped (ingest's max_file_size, --max-file-size)
+
 SUPPORTED = {
     ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
@@ -82,7 +84,7 @@ def decode_text(data: bytes, name: str, encoding: str | None = None) -> str:
 
     best = from_bytes(data).best()
     if best is None or best.encoding is None:
-        raise ParseError("not valid UTF-8 and no encoding detected: re-save as UTF-8 or pass --encoding")
+        raise ParseError("not valid UTF-8 and no encoding detected: re-save as UTF-8 or pass encoding= (CLI: --encoding)")
     return str(best)
 
 
@@ -252,7 +254,7 @@ def read_file(path: Path, max_bytes: int) -> tuple[bytes, float]:
         if not st.S_ISREG(info.st_mode):
             raise ParseError("not a regular file")
         if info.st_size > max_bytes:
-            raise ParseError(f"{info.st_size} bytes is larger than --max-file-size {max_bytes}")
+            raise ParseError(f"{info.st_size} bytes is larger than max_file_size {max_bytes} (CLI: --max-file-size, in MB)")
         return path.read_bytes(), info.st_mtime
     except OSError as exc:
         raise ParseError(f"cannot read: {exc.strerror or exc}") from None
@@ -312,7 +314,7 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
         b.lines = (source_line(first), max(source_line(first), source_line(end)))
 
 
-def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = 50 * 2**20,
+def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = MAX_FILE_SIZE,
                data: bytes | None = None, mtime: float | None = None,
                markup: MarkupContext | None = None) -> ParsedDocument:
     """Parse one file (or its already-read bytes); raises ParseError with a one-line reason."""

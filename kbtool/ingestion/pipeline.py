@@ -18,7 +18,7 @@ from ..errors import InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
-from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .parse import MAX_FILE_SIZE, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding".
 Progress = Callable[[str, int, int], None]
@@ -33,7 +33,7 @@ class IngestOptions:
     parse_only: bool = False
     keep_missing: bool = False
     encoding: str | None = None
-    max_file_size: int = 50 * 2**20
+    max_file_size: int = MAX_FILE_SIZE
     markup_off: list[str] = field(default_factory=list)  # Markdown clean-up rules switched off
     include_root: str | None = None  # where include directives resolve (default: the ingest root)
     meta_from_path: list[str] = field(default_factory=list)  # e.g. "docs/{lang}/**"

@@ -62,10 +62,6 @@ def parse_filter(spec: str) -> Filter:
     return Filter(m["key"], m["op"], m["value"])
 
 
-def parse_filters(specs) -> list[Filter]:
-    return [parse_filter(s) for s in specs or []]
-
-
 def _glob(pattern: str) -> re.Pattern:
     out, i = [], 0
     while i < len(pattern):

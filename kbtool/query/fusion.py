@@ -3,7 +3,7 @@
 - ``weighted``: each retriever's scores normalised over the candidates (min-max or z-score),
   then ``w_dense * dense + w_bm25 * bm25``.
 - ``rrf``: reciprocal rank fusion, ``sum 2 * w / (k + rank)`` (equal weights = plain RRF,
-  Cormack, Clarke & Buettcher, SIGIR 2009, k = 60).
+  Cormack, Clarke & Buettcher, SIGIR 2009; k is retrieve.fusion.rrf_k).
 - ``dense`` / ``bm25``: one retriever alone.
 
 A score is NaN where a retriever did not score a candidate (``fill_missing`` off); it then counts
@@ -14,8 +14,6 @@ by chunk id, so every ranking is deterministic.
 from __future__ import annotations
 
 import numpy as np
-
-RRF_K = 60
 
 
 def normalise(scores: np.ndarray, how: str) -> np.ndarray:
@@ -48,8 +46,8 @@ def ranks(ids: list[str], scores: np.ndarray) -> np.ndarray:
 
 
 def fuse(ids: list[str], dense: np.ndarray, bm25: np.ndarray, *, method: str, w_dense: float, w_bm25: float,
-         normalization: str = "minmax", rrf_k: int = RRF_K) -> list[tuple[str, float]]:
-    """[(chunk_id, fused score)] best first."""
+         normalization: str = "minmax", rrf_k: int) -> list[tuple[str, float]]:
+    """[(chunk_id, fused score)] best first; ``rrf_k`` is ``retrieve.fusion.rrf_k``."""
     if not ids:
         return []
     if method == "dense":
@@ -71,27 +69,3 @@ def fuse(ids: list[str], dense: np.ndarray, bm25: np.ndarray, *, method: str, w_
     order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-fused[i], ids[i]))
     return [(ids[i], float(fused[i])) for i in order]
 
-
-def rrf(rankings: list[list[str]], k: int = RRF_K) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion: score(d) = sum over rankings of 1 / (k + rank(d)), rank from 1."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))
-
-
-def weighted(dense: list[tuple[str, float]], bm25: list[tuple[str, float]], w_dense: float = 0.5) -> list[tuple[str, float]]:
-    """Min-max normalise each candidate list to [0, 1], then w * dense + (1 - w) * bm25 (absent = 0)."""
-
-    def norm(items):
-        if not items:
-            return {}
-        scores = [s for _, s in items]
-        lo, hi = min(scores), max(scores)
-        span = hi - lo
-        return {c: (s - lo) / span if span > 0 else 1.0 for c, s in items}
-
-    nd, nb = norm(dense), norm(bm25)
-    fused = {c: w_dense * nd.get(c, 0.0) + (1 - w_dense) * nb.get(c, 0.0) for c in set(nd) | set(nb)}
-    return sorted(fused.items(), key=lambda x: (-x[1], x[0]))

@@ -104,7 +104,7 @@ def access_tags(contract, principal: str | None, allow: Sequence[str] | None) ->
     acc = contract.access
     if principal is None and not allow:
         if acc.require_principal:
-            raise AccessError("the contract requires a principal (access.require_principal): pass --principal NAME or --allow TAG")
+            raise AccessError("the contract requires a principal (access.require_principal): pass principal= or allow= (CLI: --principal NAME or --allow TAG)")
         return None
     tags = set(allow or [])
     if principal is not None:
@@ -194,7 +194,7 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
     """Preprocess every question and gather its candidates (the expensive part)."""
     gatherer = Gatherer(store, embedder)
     retrievers = retrievers or needed_retrievers(contract)
-    spans = _token_spans(store, gatherer)
+    spans = _token_spans(store)
     processed = [preprocess(q, contract, spans) for q in questions]
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
     return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
@@ -344,7 +344,7 @@ def store_retrievers(store) -> tuple[str, ...]:
     return ("dense", "bm25") if store.has_bm25() else ("dense",)
 
 
-def _token_spans(store, gatherer):
+def _token_spans(store):
     """Model word-piece spans, from the tokenizer alone (no torch)."""
     try:
         from ..embed import load_tokenizer

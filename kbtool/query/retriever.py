@@ -3,13 +3,14 @@
     contract   the contract as written (per-type weights, its fusion)
     dense      the embedding retriever alone
     bm25       the BM25 retriever alone
-    hybrid     plain RRF, k = 60 (no per-type rules)
+    hybrid     plain RRF with the contract's default k (60; no per-type rules)
     rrf:K      plain RRF with another k
     weighted:W normalised-score fusion with dense weight W (no per-type rules)
 
 Every mode runs the same pipeline (``kbtool.query.pipeline``); a mode only overrides
 ``retrieve.fusion`` (and drops ``retrieve.rules`` where the mode states its own weights).
-``Retriever`` is a convenience wrapper for scripts and tests: ``Retriever(store).search(q, "bm25")``.
+``Retriever`` is a convenience wrapper for scripts and tests: ``Retriever(store).search(q, "bm25")``;
+its candidate depth, thresholds and everything else come from the contract it is given.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..contract import RRF_K
 from ..errors import UsageError
 
-MODE_HELP = ("contract (the contract's fusion and rules), dense, bm25, hybrid (RRF k=60), rrf:K "
+MODE_HELP = (f"contract (the contract's fusion and rules), dense, bm25, hybrid (RRF k={RRF_K}), rrf:K "
              "or weighted:W (normalised fusion, dense weight W)")
 
 
@@ -35,9 +37,9 @@ def parse_mode(mode: str) -> dict | None:
         if name in ("dense", "bm25") and not arg:
             return {"method": name}
         if name == "hybrid" and not arg:
-            return {"method": "rrf", "rrf_k": 60, "weights": _EQUAL, "rules": []}
+            return {"method": "rrf", "rrf_k": RRF_K, "weights": _EQUAL, "rules": []}
         if name == "rrf":
-            k = int(arg) if arg else 60
+            k = int(arg) if arg else RRF_K
             if k > 0:
                 return {"method": "rrf", "rrf_k": k, "weights": _EQUAL, "rules": []}
         if name == "weighted":
@@ -70,8 +72,9 @@ def contract_for_mode(contract, mode: str):
 
 @dataclass
 class RetrieverConfig:
-    candidates: int = 100  # depth taken from each retriever before fusion
-    rrf_k: int = 60  # the k of the 'hybrid' mode
+    """What a ``Retriever`` adds to its contract: filters applied to every search. Retrieval settings
+    (candidate depth, fusion, RRF k) are the contract's; another k is the mode ``rrf:K``."""
+
     filters: dict = field(default_factory=dict)
 
 
@@ -87,14 +90,6 @@ class Retriever:
         self.config = config or RetrieverConfig()
         self.contract = contract or default_contract()
 
-    def _contract(self, mode: str):
-        c = contract_for_mode(self.contract, mode)
-        data = c.model_dump()
-        data["retrieve"]["candidates"] = self.config.candidates
-        if mode == "hybrid":
-            data["retrieve"]["fusion"]["rrf_k"] = self.config.rrf_k
-        return type(c).model_validate(data)
-
     def search(self, query: str, mode: str = "contract", top_k: int = 10, filters: dict | None = None) -> list:
         return self.run([query], [mode], top_k, filters)[mode][0]
 
@@ -104,10 +99,10 @@ class Retriever:
         from .pipeline import answer, gather, scope
 
         if top_k < 1:
-            raise UsageError("--top-k must be at least 1")
+            raise UsageError("top_k must be at least 1 (CLI: --top-k)")
         specs = [f"{k}={v}" for k, v in {**self.config.filters, **(filters or {})}.items()]
-        contracts = {m: self._contract(m) for m in dict.fromkeys(modes)}
-        base = self._contract("contract")
+        contracts = {m: contract_for_mode(self.contract, m) for m in dict.fromkeys(modes)}
+        base = self.contract
         sc = scope(self.store, base, specs)
         needs = tuple(r for r in ("dense", "bm25")
                       if any(c.retrieve.fusion.method in (r, "weighted", "rrf") for c in contracts.values()))

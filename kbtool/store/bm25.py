@@ -11,10 +11,37 @@ import numpy as np
 from ..errors import StoreError
 from .files import write_json
 
+# The BM25 settings of a new store (its manifest's ``bm25``). Lucene's IDF,
+# log(1 + (N - df + 0.5) / (df + 0.5)), is positive for every term: Robertson's
+# log((N - df + 0.5) / (df + 0.5)) is 0 (bm25s clamps it) or negative for a term in more than half
+# the chunks, and for every term of a one-chunk store, so such terms matched nothing.
+DEFAULT_PARAMS = {"method": "lucene", "k1": 1.2, "b": 0.75}
+# IDF variants that give a term in most (or all) chunks no weight, and what replaces them.
+_NONNEGATIVE = {"robertson": "lucene", "atire": "lucene"}
+
+
+def effective_params(params: dict) -> dict:
+    """The settings an index is built with: ``params`` (a manifest's ``bm25``) with an IDF that never
+    goes to zero or below. A store whose manifest says ``robertson`` (the default before) gets
+    Lucene's IDF, so its BM25 changes when it is next rebuilt."""
+    out = {**DEFAULT_PARAMS, **params}
+    out["method"] = _NONNEGATIVE.get(out["method"], out["method"])
+    return out
+
+
+def idf(method: str, df: int, n: int) -> float:
+    """The IDF bm25s gives a term held by ``df`` of ``n`` chunks (``robertson`` clamped at 0, as bm25s
+    does; an index built before ``effective_params`` may still hold it)."""
+    n = max(n, df, 1)
+    if method == "robertson":
+        return float(np.log(max(1.0, (n - df + 0.5) / (df + 0.5))))
+    return float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+
 
 class BM25Index:
-    """bm25s arrays on disk plus the chunk id of each row. Scores equal rank_bm25's BM25Okapi
-    (epsilon=0) divided by (k1 + 1): tests/test_bm25.py holds rank_bm25 as the reference."""
+    """bm25s arrays on disk plus the chunk id of each row. A chunk's score is the sum over the query
+    terms it holds of idf x tf / (tf + k1 x (1 - b + b x length / average length)), with Lucene's idf
+    (``effective_params``): tests/test_bm25.py holds a plain implementation of it as the reference."""
 
     def __init__(self, retriever, chunk_ids: list[str]):
         self.retriever = retriever
@@ -37,6 +64,7 @@ class BM25Index:
         tmp.mkdir(parents=True)
         if chunk_ids:
             bm25s = _bm25s()
+            params = effective_params(params)
             retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
             retriever.index(tokens, show_progress=False)
             retriever.save(str(tmp), show_progress=False)
@@ -121,7 +149,8 @@ class BM25Index:
         vocab = self.retriever.vocab_dict
         n = len(self.chunk_ids) if mask is None else int(mask.sum())
         k1 = float(getattr(self.retriever, "k1", 1.2))
-        rare = float(np.log(max(1.0, (n - 1 + 0.5) / 1.5))) / (1.0 + k1)
+        method = getattr(self.retriever, "idf_method", None) or DEFAULT_PARAMS["method"]
+        rare = idf(method, 1, n) / (1.0 + k1)
         total = 0.0
         for t in tokens:
             if t not in vocab:
@@ -129,7 +158,7 @@ class BM25Index:
                 continue
             rows, data = self._postings(vocab[t])
             if not len(rows):
-                continue  # in the vocabulary with no stored postings: idf 0
+                continue  # no stored postings: idf 0 (a Robertson index built before Lucene's)
             if mask is not None:
                 data = data[mask[rows]]  # only permitted chunks shape what a caller sees
             total += float(data.max()) if len(data) else rare
@@ -144,7 +173,7 @@ class BM25Index:
             return False
         rows, _ = self._postings(tid)
         if mask is None or not len(rows):
-            # a token in most chunks may have no stored postings (idf 0): it is in the vocabulary
+            # in a Robertson index (before Lucene's) a token in most chunks has no stored postings
             return True
         return bool(mask[rows].any())
 

@@ -17,11 +17,11 @@ import numpy as np
 
 from ..errors import ModelMismatchError, StoreError
 from .analyzer import AnalyzerConfig
+from .bm25 import DEFAULT_PARAMS, effective_params
 from .files import write_json
 from .vectors import HNSW
 
 FORMAT_VERSION = 1
-BM25_PARAMS = {"method": "robertson", "k1": 1.2, "b": 0.75}
 
 
 class Embedding(TypedDict, total=False):
@@ -69,7 +69,7 @@ def new(spec, version: str) -> Manifest:
         "embedding": embedding_record(spec),
         "chunking": None,
         "analyzer": AnalyzerConfig().to_dict(),
-        "bm25": dict(BM25_PARAMS),
+        "bm25": dict(DEFAULT_PARAMS),
         "hnsw": dict(HNSW),
         "indexed_generation": -1,
         "last_ingest": None,
@@ -115,8 +115,10 @@ def read(path: Path) -> Manifest:
 
 
 def bm25_spec(manifest: Manifest) -> dict:
-    """The settings a BM25 index is built with: analyzer and bm25s parameters."""
-    return {"analyzer": AnalyzerConfig.from_dict(manifest["analyzer"]).to_dict(), "bm25": manifest["bm25"]}
+    """The settings a BM25 index is built with: analyzer and bm25s parameters (a store whose manifest
+    says ``robertson`` is built with Lucene's IDF, so its BM25 is behind until the next index)."""
+    return {"analyzer": AnalyzerConfig.from_dict(manifest["analyzer"]).to_dict(),
+            "bm25": effective_params(manifest["bm25"])}
 
 
 def bm25_digest(wanted: dict[str, str], spec: dict) -> str:
