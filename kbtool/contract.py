@@ -141,7 +141,7 @@ class Retrieve(_Strict):
     @field_validator("filters")
     @classmethod
     def _filters_parse(cls, v):
-        from .query.filters import parse_filter
+        from .filters import parse_filter
 
         for spec in v:
             try:
@@ -254,14 +254,20 @@ class Contract(_Strict):
     calibration: Optional[dict[str, Any]] = Field(
         None, description="written by `kbtool calibrate --write`: what this contract was calibrated on, and the result")
 
-    def weights_for(self, types: set[str]) -> tuple[float, float]:
-        """(dense, bm25) weights, summing to 1, for a question of these detected types."""
+    def rule_for(self, types: set[str]):
+        """The first rule of ``retrieve.rules`` that applies to a question of these detected types
+        (a ``cjk`` rule is skipped for a multilingual model), or None: ``retrieve.fusion.weights``."""
         for rule in self.retrieve.rules:
             if rule.when == "cjk" and self.retrieve.model_multilingual:
                 continue
             if rule.when in types:
-                return rule.weights.normalised()
-        return self.retrieve.fusion.weights.normalised()
+                return rule
+        return None
+
+    def weights_for(self, types: set[str]) -> tuple[float, float]:
+        """(dense, bm25) weights, summing to 1, for a question of these detected types."""
+        rule = self.rule_for(types)
+        return (rule or self.retrieve.fusion).weights.normalised()
 
     def thresholds_for(self, types: set[str], tags: set[str] = frozenset()) -> tuple[str, Thresholds]:
         """(tier name, thresholds) for a question; 'default' when no tier matches."""
@@ -442,7 +448,7 @@ def _scalar(value) -> str:
 def check_against_store(contract: Contract, store) -> list[str]:
     """Problems between a contract and a store: required metadata missing from documents, filters
     on keys no document carries."""
-    from .query.filters import parse_filter
+    from .filters import parse_filter
 
     problems = []
     keys = store.metadata_keys()

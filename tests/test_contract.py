@@ -21,7 +21,7 @@ from kbtool.contract import (
     validate_contract,
 )
 from kbtool.errors import ContractError
-from kbtool.query.filters import parse_filter
+from kbtool.filters import parse_filter
 from kbtool.query.preprocess import clean, detect_identifiers, detect_types, expand, preprocess, truncate
 
 from .conftest import write

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from kbtool.contract import apply_override, load_contract, validate_contract
 from kbtool.errors import KbtoolError
 from kbtool.evaluation.questions import load_questions
-from kbtool.query.filters import parse_filter
+from kbtool.filters import parse_filter
 from kbtool.query.preprocess import detect_identifiers, preprocess
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

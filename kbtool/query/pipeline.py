@@ -22,7 +22,7 @@ from ..errors import AccessError, ContractError, InputError, UsageError
 from .candidates import Candidates, Gatherer
 from .context import build_context, citation
 from .decide import confidence, decide, missing_terms, suggestions
-from .filters import parse_filter
+from ..filters import parse_filter
 from .fusion import fuse
 from .postprocess import dedup
 from .preprocess import Processed, preprocess
@@ -280,25 +280,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 
 
 def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:
-    """For each question's detected types, which rule fuses it: the ``when`` of the contract rule
-    that ``Contract.weights_for`` picks, or 'other' when none does (``retrieve.fusion.weights``).
-
-    Asked of ``weights_for`` itself, on a copy whose rules carry distinct weights, so the choice
-    (rule order, types skipped for a multilingual model) has one implementation."""
-    from ..contract import Weights
-
-    rules = contract.retrieve.rules
-    probe_rules = [r.model_copy(update={"weights": Weights(dense=1.0, bm25=(i + 1) / (len(rules) + 1))})
-                   for i, r in enumerate(rules)]
-    fusion = contract.retrieve.fusion.model_copy(update={"weights": Weights(dense=0.0, bm25=1.0)})
-    probe = contract.model_copy(update={"retrieve": contract.retrieve.model_copy(
-        update={"rules": probe_rules, "fusion": fusion})})
-    by_weight = [(r.weights.normalised()[0], rule.when) for r, rule in zip(probe_rules, rules)]
-    out = []
-    for types in types_of:
-        dense = probe.weights_for(set(types))[0]
-        out.append(next((when for w, when in by_weight if abs(w - dense) < 1e-9), "other"))
-    return out
+    """For each question's detected types, which rule fuses it: the ``when`` of the rule
+    ``Contract.rule_for`` picks (the one choice ``weights_for`` also makes), or 'other'."""
+    return [getattr(contract.rule_for(set(types)), "when", "other") for types in types_of]
 
 
 def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
