@@ -73,6 +73,26 @@ def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=Non
     return spec
 
 
+# Library errors name the parameter they are about ("folds 1: must be at least 2"); the CLI shows
+# a message that starts with one of these names with the flag instead ("--folds 1: ...").
+FLAGS = {"ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
+         "recorded gate": "--fail-under-recorded", "qrels": "--qrels", "objective": "--objective",
+         "folds": "--folds", "max_false_answer": "--max-false-answer", "max_false_refusal": "--max-false-refusal"}
+
+
+def cli_wording(message: str) -> str:
+    """A library message as the CLI shows it: a leading parameter name becomes its flag, and a
+    snake_case parameter name (unambiguous) becomes its flag wherever it stands."""
+    for name, flag in FLAGS.items():
+        if message.startswith((name + " ", name + ":")):
+            message = flag + message[len(name):]
+            break
+    for name, flag in FLAGS.items():
+        if "_" in name:
+            message = message.replace(name, flag)
+    return message
+
+
 def handle_errors(fn):
     """Expected failures become one line on stderr and an exit code, never a traceback."""
 
@@ -83,7 +103,7 @@ def handle_errors(fn):
         except KbtoolError as exc:
             from rich.markup import escape
 
-            err.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False)
+            err.print(f"[bold red]Error:[/] {escape(cli_wording(str(exc)))}", highlight=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("Interrupted.")

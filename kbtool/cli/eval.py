@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -12,40 +11,12 @@ from . import app
 from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
 
 # Library messages name the parameter (``gate 'x': ...``, as a Python caller passes it); here the flag.
-FLAGS = {"ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
-         "recorded gate": "--fail-under-recorded", "qrels": "--qrels"}
-
-
-def flag_wording(flags: dict[str, str]):
-    """A command decorator: a library error whose message starts with a parameter name in
-    ``flags`` is shown with the flag instead."""
-
-    def wrap(fn):
-        from ..errors import KbtoolError
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except KbtoolError as exc:
-                msg = str(exc)
-                for name, flag in flags.items():
-                    if msg.startswith((name + " ", name + ":")):
-                        raise type(exc)(flag + msg[len(name):]) from None
-                raise
-
-        return wrapper
-
-    return wrap
-
-
 def _csv(values: Optional[List[str]]) -> list[str]:
     return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
 @app.command("eval")
 @handle_errors
-@flag_wording(FLAGS)
 def eval_(
     questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
     modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,contract]; also hybrid (RRF k=60), rrf:K and weighted:W.")] = None,
