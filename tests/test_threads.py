@@ -133,3 +133,27 @@ def test_connections_of_ended_threads_are_closed_and_close_closes_every_one(tmp_
     finally:
         stop.set()
         t.join()
+
+
+def test_bm25_is_never_none_when_a_writer_thread_reloads_meanwhile(tmp_path, embedder):
+    # A writer entering writing() drops the loaded BM25 (another process may have rebuilt it); a
+    # reader thread switched out right after loading it must still return an index, not None.
+    write(tmp_path / "d" / "a.md", "# A\n\nThe amberfinch nests by the lighthouse.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    store._bm25 = None
+
+    def enter() -> None:
+        with store.writing():
+            pass
+
+    class WriterRunsAfterTheLoad(Store):
+        def __setattr__(self, name, value):
+            super().__setattr__(name, value)
+            if name == "_bm25" and value is not None and threading.current_thread().name != "writer":
+                t = threading.Thread(target=enter, name="writer")  # the thread switch, made certain
+                t.start()
+                t.join()
+
+    store.__class__ = WriterRunsAfterTheLoad
+    assert store.bm25() is not None

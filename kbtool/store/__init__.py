@@ -230,9 +230,9 @@ class Store:
 
     def bm25(self) -> BM25Index:
         """The BM25 index on disk; a long-lived Store reloads it after another process's rebuild."""
-        with self._bm25_lock:
-            self._bm25 = BM25Index.current(self.path / "bm25", self._bm25)
-            return self._bm25
+        with self._bm25_lock:  # a writer thread may drop self._bm25 at any moment: return our own
+            self._bm25 = index = BM25Index.current(self.path / "bm25", self._bm25)
+            return index
 
     def status(self) -> dict:
         m = self.manifest
