@@ -118,7 +118,7 @@ class Store:
             if self.manifest["analyzer"].get("stemmer") == name:
                 return False
             if BM25Index.exists(self.path / "bm25"):
-                self.manifest.setdefault("bm25_built_with", self.bm25_spec())
+                self.manifest["bm25_built_with"] = mf.bm25_built_with(self.manifest)
             self.manifest["analyzer"] = {**self.manifest["analyzer"], "stemmer": name}
             self.save_manifest()
             return True
@@ -145,7 +145,7 @@ class Store:
         bm25_dir = self.path / "bm25"
         bm25_gen = BM25Index.state(bm25_dir).get("generation", self.manifest.get("indexed_generation"))
         return (self.manifest.get("indexed_generation") == gen
-                and self.manifest.get("bm25_built_with", self.bm25_spec()) == self.bm25_spec()
+                and mf.bm25_built_with(self.manifest) == self.bm25_spec()
                 and BM25Index.exists(bm25_dir) and bm25_gen == gen and (gen == 0 or self.vectors.exists()))
 
     def require_indexed(self) -> None:

@@ -121,6 +121,15 @@ def bm25_spec(manifest: Manifest) -> dict:
             "bm25": effective_params(manifest["bm25"])}
 
 
+def bm25_built_with(manifest: Manifest) -> dict:
+    """The settings the BM25 index on disk was built with: its record, or for a store from before the
+    record, what its manifest said (a ``robertson`` there was built with Robertson's IDF)."""
+    if "bm25_built_with" in manifest:
+        return manifest["bm25_built_with"]
+    return {"analyzer": AnalyzerConfig.from_dict(manifest["analyzer"]).to_dict(),
+            "bm25": {**DEFAULT_PARAMS, **manifest["bm25"]}}
+
+
 def bm25_digest(wanted: dict[str, str], spec: dict) -> str:
     """Digest of a chunk set (chunk id -> index hash) and the BM25 settings: what a BM25 index on
     disk records it holds."""
