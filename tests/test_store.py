@@ -33,6 +33,22 @@ def test_format_version_is_checked(tmp_path, version, advice):
         Store.open(tmp_path / "kb")
 
 
+@pytest.mark.parametrize("damage", [
+    lambda m: m["embedding"].pop("model"),
+    lambda m: m.__setitem__("embedding", {}),
+    lambda m: m.__setitem__("chunking", [254]),
+])
+def test_a_manifest_without_what_every_store_has_is_a_store_error(tmp_path, damage):
+    # not an internal KeyError at the first use (and not a doctor that finds everything ok)
+    Store.open(tmp_path / "kb", create=True).close()
+    manifest = tmp_path / "kb" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    damage(data)
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(StoreError, match="the store is damaged"):
+        Store.open(tmp_path / "kb")
+
+
 def test_manifest_records_model_chunking_and_versions(sample_store):
     m = json.loads((sample_store.path / "manifest.json").read_text())
     assert m["format_version"] == FORMAT_VERSION and m["kbtool_version"]

@@ -109,6 +109,10 @@ def read(path: Path) -> Manifest:
             f"store {path} has format {version}, this kbtool reads format {FORMAT_VERSION}: "
             + ("upgrade kbtool" if newer else "re-ingest into a new store"))
     missing = [k for k in REQUIRED if not isinstance(manifest.get(k), dict) and k != "format_version"]
+    if "embedding" not in missing and not isinstance(manifest["embedding"].get("model"), str):
+        missing.append("embedding.model")
+    if not isinstance(manifest.get("chunking"), (dict, type(None))):
+        missing.append("chunking (an object)")
     if missing:
         raise StoreError(f"{file} lacks {', '.join(missing)}: the store is damaged; re-ingest into a new store")
     return manifest
