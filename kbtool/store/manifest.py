@@ -125,6 +125,13 @@ def bm25_spec(manifest: Manifest) -> dict:
             "bm25": effective_params(manifest["bm25"])}
 
 
+def stamp(path: Path) -> tuple:
+    """What changes whenever the manifest in store folder ``path`` is rewritten (atomic writes
+    replace the file)."""
+    st = (path / "manifest.json").stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def bm25_built_with(manifest: Manifest) -> dict:
     """The settings the BM25 index on disk was built with: its record, or for a store from before the
     record, what its manifest said (a ``robertson`` there was built with Robertson's IDF)."""
