@@ -132,9 +132,9 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
     """Rebuild BM25 whenever what it holds is not the catalog's chunk set — decided from its own
     record, never from the vector index (a sync killed after the vector writes left that current)."""
     bm25_dir = store.path / "bm25"
+    built_with = mf.bm25_built_with(store.manifest)  # read before the manifest's bm25 moves on
     store.manifest["bm25"] = effective_params(store.manifest["bm25"])  # a robertson store moves to Lucene's IDF
     spec = store.bm25_spec()
-    built_with = store.manifest.get("bm25_built_with", spec)  # older stores: their manifest's settings
     digest = mf.bm25_digest(wanted, spec)
     state = BM25Index.state(bm25_dir)
     rebuilt = force or not BM25Index.exists(bm25_dir) or built_with != spec or state.get("digest") != digest

@@ -89,3 +89,22 @@ def test_a_store_built_with_robertson_is_behind_until_index_rebuilds_bm25_only(t
     assert report.bm25_rebuilt and report.embedded == 0 and report.upserted == 0
     assert store.is_indexed() and Store.open(tmp_path / "kb").manifest["bm25"]["method"] == "lucene"
     assert store.bm25().search(store.analyzer("LYNX-4242"), 5)[0][0] == "only.md#0"
+
+
+def test_a_robertson_store_from_before_bm25_built_with_is_behind_too(tmp_path, embedder):
+    """A store older still (``robertson`` and no ``bm25_built_with`` record: built with what its
+    manifest says) must not be claimed current either; a plain index rebuilds BM25 only."""
+    from kbtool.index import index
+
+    write(tmp_path / "d" / "only.md", "# Only\n\nThe code LYNX-4242 is here.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    manifest = json.loads((tmp_path / "kb" / "manifest.json").read_text())
+    manifest["bm25"] = {"method": "robertson", "k1": 1.2, "b": 0.75}
+    del manifest["bm25_built_with"]
+    (tmp_path / "kb" / "manifest.json").write_text(json.dumps(manifest))
+    store = Store.open(tmp_path / "kb")
+    assert not store.is_indexed() and not store.status()["indexes_current"]
+    report = index(store, embedder=embedder)
+    assert report.bm25_rebuilt and report.embedded == 0 and report.upserted == 0
+    assert store.is_indexed() and Store.open(tmp_path / "kb").manifest["bm25_built_with"]["bm25"]["method"] == "lucene"

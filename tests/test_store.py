@@ -33,6 +33,22 @@ def test_format_version_is_checked(tmp_path, version, advice):
         Store.open(tmp_path / "kb")
 
 
+@pytest.mark.parametrize("damage", [
+    lambda m: m["embedding"].pop("model"),
+    lambda m: m.__setitem__("embedding", {}),
+    lambda m: m.__setitem__("chunking", [254]),
+])
+def test_a_manifest_without_what_every_store_has_is_a_store_error(tmp_path, damage):
+    # not an internal KeyError at the first use (and not a doctor that finds everything ok)
+    Store.open(tmp_path / "kb", create=True).close()
+    manifest = tmp_path / "kb" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    damage(data)
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(StoreError, match="the store is damaged"):
+        Store.open(tmp_path / "kb")
+
+
 def test_manifest_records_model_chunking_and_versions(sample_store):
     m = json.loads((sample_store.path / "manifest.json").read_text())
     assert m["format_version"] == FORMAT_VERSION and m["kbtool_version"]
@@ -94,3 +110,23 @@ def test_stemmer_is_off_by_default_and_a_change_rebuilds_only_bm25(tmp_path, emb
     assert report.bm25_rebuilt and report.embedded == 0 and store.is_indexed()
     assert Retriever(store, embedder).search("gateway", mode="bm25")[0].doc_id == "a.md"
     assert not store.set_stemmer("english")
+
+
+def test_a_long_lived_reader_is_current_after_another_writer_ingests(tmp_path, embedder):
+    # A server keeps one Store open while `kbtool ingest` (another process, here another Store)
+    # adds a document: once that writer is done, the reader must answer, not call itself behind.
+    from kbtool.contract import default_contract
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.query.pipeline import retrieve
+
+    from .conftest import write
+
+    write(tmp_path / "d" / "a.md", "# A\n\nThe amberfinch nests by the lighthouse.\n")
+    ingest(Store.open(tmp_path / "kb", create=True), [tmp_path / "d"], embedder=embedder)
+    reader = Store.open(tmp_path / "kb")
+    assert retrieve(reader, default_contract(), "amberfinch", embedder=embedder).hits
+    write(tmp_path / "d" / "b.md", "# B\n\nThe copperkettle boils on the stove.\n")
+    ingest(Store.open(tmp_path / "kb"), [tmp_path / "d"], embedder=embedder)
+    assert reader.is_indexed() and reader.status()["indexes_current"] and reader.status()["documents"] == 2
+    hits = retrieve(reader, default_contract(), "copperkettle", embedder=embedder).hits
+    assert hits[0].doc_id == "b.md"

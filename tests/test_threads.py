@@ -86,3 +86,74 @@ def test_a_second_writing_thread_waits_for_the_first(tmp_path, embedder):
         t.join()
     assert order == ["first in", "active True", "first out", "second in"]
     assert not store.writer_active()
+
+
+def _open_catalog_files(path) -> int:
+    import os
+
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(path))
+        except OSError:
+            pass
+    return n
+
+
+def test_connections_of_ended_threads_are_closed_and_close_closes_every_one(tmp_path):
+    # A server that runs each request in a new thread (ThreadingHTTPServer) must not keep one
+    # open catalog connection per request it ever served: the process would run out of files.
+    import os
+
+    import pytest
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("counts open files through /proc")
+    store = Store.open(tmp_path / "kb", create=True)
+    for _ in range(60):
+        t = threading.Thread(target=store.generation)
+        t.start()
+        t.join()
+    assert _open_catalog_files(tmp_path / "kb") < 20
+    # close() from the main thread closes the connections of threads still alive too
+    ready, stop = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        store.generation()
+        ready.set()
+        stop.wait()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    ready.wait()
+    store.generation()
+    store.close()
+    try:
+        assert _open_catalog_files(tmp_path / "kb") == 0
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_bm25_is_never_none_when_a_writer_thread_reloads_meanwhile(tmp_path, embedder):
+    # A writer entering writing() drops the loaded BM25 (another process may have rebuilt it); a
+    # reader thread switched out right after loading it must still return an index, not None.
+    write(tmp_path / "d" / "a.md", "# A\n\nThe amberfinch nests by the lighthouse.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    store._bm25 = None
+
+    def enter() -> None:
+        with store.writing():
+            pass
+
+    class WriterRunsAfterTheLoad(Store):
+        def __setattr__(self, name, value):
+            super().__setattr__(name, value)
+            if name == "_bm25" and value is not None and threading.current_thread().name != "writer":
+                t = threading.Thread(target=enter, name="writer")  # the thread switch, made certain
+                t.start()
+                t.join()
+
+    store.__class__ = WriterRunsAfterTheLoad
+    assert store.bm25() is not None

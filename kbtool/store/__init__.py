@@ -38,7 +38,7 @@ class Store:
     """Open with ``Store.open(path)``; ``create=True`` makes a new store if none is there."""
 
     def __init__(self, path: Path, manifest: mf.Manifest):
-        self.path, self.manifest = path, manifest
+        self.path, self.manifest, self._stamp = path, manifest, None
         self.catalog = Catalog(path / "catalog.sqlite3")
         self.vectors: VectorIndex = open_vectors(path, manifest)
         self._bm25: BM25Index | None = None
@@ -50,8 +50,7 @@ class Store:
 
     @classmethod
     def open(cls, path: str | Path | None = None, *, create: bool = False, model=None) -> "Store":
-        """``model``: the embedding model of a new store (a name, path, ``openai:URL#name`` or an
-        ``EmbeddingSpec``); an existing store keeps its own."""
+        """``model``: a new store's embedding model (name, path, ``openai:URL#name``, EmbeddingSpec)."""
         path = Path(path) if path else default_store_path()
         if path.exists() and not path.is_dir():
             raise StoreError(f"{path} is a file, not a kbtool store: choose another store path")
@@ -82,6 +81,12 @@ class Store:
         self.manifest = mf.read(self.path)
         self._bm25 = None
 
+    def _refresh(self) -> None:
+        """Re-read a manifest another writer replaced, unless a thread of this Store is writing."""
+        with self._lock.idle() as idle:
+            if idle and self._stamp != (now := mf.stamp(self.path)):
+                self.manifest, self._stamp = mf.read(self.path), now
+
     def save_manifest(self) -> None:
         self.manifest["kbtool_version"] = __version__
         write_json(self.path / "manifest.json", self.manifest)
@@ -108,8 +113,7 @@ class Store:
         mf.check_dim(self.manifest, vectors, self.path, where)
 
     def set_stemmer(self, name: str | None) -> bool:
-        """Choose the BM25 stemmer ('english', ... or None); True if it changed. The next index
-        rebuilds BM25 (vectors are untouched)."""
+        """Choose the BM25 stemmer ('english', ... or None); True if it changed. Next index rebuilds BM25."""
         from .analyzer import _stemmer
 
         name = None if name in (None, "", "none") else name
@@ -118,7 +122,7 @@ class Store:
             if self.manifest["analyzer"].get("stemmer") == name:
                 return False
             if BM25Index.exists(self.path / "bm25"):
-                self.manifest.setdefault("bm25_built_with", self.bm25_spec())
+                self.manifest["bm25_built_with"] = mf.bm25_built_with(self.manifest)
             self.manifest["analyzer"] = {**self.manifest["analyzer"], "stemmer": name}
             self.save_manifest()
             return True
@@ -141,11 +145,12 @@ class Store:
     def is_indexed(self) -> bool:
         """Both indexes hold the catalog's generation: the last sync finished at it, BM25 records it in
         its own folder, vectors exist. A sync killed before the BM25 swap is never current."""
+        self._refresh()
         gen = self.generation()
         bm25_dir = self.path / "bm25"
         bm25_gen = BM25Index.state(bm25_dir).get("generation", self.manifest.get("indexed_generation"))
         return (self.manifest.get("indexed_generation") == gen
-                and self.manifest.get("bm25_built_with", self.bm25_spec()) == self.bm25_spec()
+                and mf.bm25_built_with(self.manifest) == self.bm25_spec()
                 and BM25Index.exists(bm25_dir) and bm25_gen == gen and (gen == 0 or self.vectors.exists()))
 
     def require_indexed(self) -> None:
@@ -156,8 +161,7 @@ class Store:
 
     # ---- documents -----------------------------------------------------------------------
     def document_hashes(self) -> dict[str, tuple[str, str]]:
-        """doc_id -> (root, fingerprint): the fingerprint changes with content, the run's metadata or
-        parse options (both stored in ``options``)."""
+        """doc_id -> (root, fingerprint of content, run metadata and parse options)."""
         return self.catalog.document_hashes()
 
     def document_options(self, doc_id: str) -> dict:
@@ -207,8 +211,7 @@ class Store:
         return cache[1]
 
     def any_chunk_contains(self, phrase: str, chunk_ids: set[str] | None = None) -> bool:
-        """Whether the text (or section path) of any chunk, within ``chunk_ids``, holds ``phrase``
-        (case-insensitive substring)."""
+        """Whether any chunk's text or section path (within ``chunk_ids``) holds ``phrase``, any case."""
         return any(chunk_ids is None or c in chunk_ids for c in self.catalog.chunks_containing(phrase.lower()))
 
     def embedding_texts(self) -> list[str]:
@@ -220,8 +223,7 @@ class Store:
         return self.catalog.chunk_vectors(self.embedding_spec().cache_key, chunk_ids)
 
     def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None) -> list[list[tuple[str, float]]]:
-        """Nearest chunks by cosine for each query vector, best first, ties by id; ``doc_ids``
-        restricts the search to these documents (inside the vector index, before ranking)."""
+        """Nearest chunks by cosine per query vector, best first, ties by id; only in ``doc_ids`` if given."""
         self.check_dim(vectors)
         return self.vectors.search(vectors, depth, doc_ids)
 
@@ -230,11 +232,12 @@ class Store:
 
     def bm25(self) -> BM25Index:
         """The BM25 index on disk; a long-lived Store reloads it after another process's rebuild."""
-        with self._bm25_lock:
-            self._bm25 = BM25Index.current(self.path / "bm25", self._bm25)
-            return self._bm25
+        with self._bm25_lock:  # a writer thread may drop self._bm25 at any moment: return our own
+            self._bm25 = index = BM25Index.current(self.path / "bm25", self._bm25)
+            return index
 
     def status(self) -> dict:
+        self._refresh()
         m = self.manifest
         return {
             "store": str(self.path), "format_version": m["format_version"], "kbtool_version": m["kbtool_version"],

@@ -82,7 +82,8 @@ MIGRATIONS: list[tuple[str, str]] = [
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    # Used by one thread only; check_same_thread=False lets Catalog.close() (any thread) close it.
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA journal_mode = WAL")
@@ -131,12 +132,13 @@ def _marks(n: int) -> str:
 
 class Catalog:
     """Every read and write of the catalog. Opened (and migrated) once; each thread then gets its
-    own connection on first use."""
+    own connection on first use. The connection of a thread that has ended is closed when another
+    thread opens one (a server with a thread per request keeps no file per request it served)."""
 
     def __init__(self, path: Path):
         self.path = path
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: dict[threading.Thread, sqlite3.Connection] = {}
         self._guard = threading.Lock()
         try:
             migrate(self.db)
@@ -152,16 +154,16 @@ class Catalog:
             conn = connect(self.path)
             self._local.conn = conn
             with self._guard:
-                self._all.append(conn)
+                for thread in [t for t in self._all if not t.is_alive()]:
+                    self._all.pop(thread).close()
+                self._all[threading.current_thread()] = conn
         return conn
 
     def close(self) -> None:
+        """Close the connection of every thread; a thread that reads afterwards opens a new one."""
         with self._guard:
-            for conn in self._all:
-                try:
-                    conn.close()
-                except sqlite3.ProgrammingError:  # made in a thread that has ended: already unusable
-                    pass
+            for conn in self._all.values():
+                conn.close()
             self._all.clear()
         self._local = threading.local()
 

@@ -64,6 +64,18 @@ class WriterLock:
         finally:
             self._thread.release()
 
+    @contextmanager
+    def idle(self):
+        """Yields whether no thread of this process is inside ``hold`` (the calling one included);
+        while it is true, none can enter: a reader may refresh what a writer would change."""
+        if not self._thread.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield self._depth == 0
+        finally:
+            self._thread.release()
+
     def holder(self) -> dict:
         try:
             return json.loads((self.folder / "writer.json").read_text())

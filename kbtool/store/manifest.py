@@ -109,6 +109,10 @@ def read(path: Path) -> Manifest:
             f"store {path} has format {version}, this kbtool reads format {FORMAT_VERSION}: "
             + ("upgrade kbtool" if newer else "re-ingest into a new store"))
     missing = [k for k in REQUIRED if not isinstance(manifest.get(k), dict) and k != "format_version"]
+    if "embedding" not in missing and not isinstance(manifest["embedding"].get("model"), str):
+        missing.append("embedding.model")
+    if not isinstance(manifest.get("chunking"), (dict, type(None))):
+        missing.append("chunking (an object)")
     if missing:
         raise StoreError(f"{file} lacks {', '.join(missing)}: the store is damaged; re-ingest into a new store")
     return manifest
@@ -119,6 +123,22 @@ def bm25_spec(manifest: Manifest) -> dict:
     says ``robertson`` is built with Lucene's IDF, so its BM25 is behind until the next index)."""
     return {"analyzer": AnalyzerConfig.from_dict(manifest["analyzer"]).to_dict(),
             "bm25": effective_params(manifest["bm25"])}
+
+
+def stamp(path: Path) -> tuple:
+    """What changes whenever the manifest in store folder ``path`` is rewritten (atomic writes
+    replace the file)."""
+    st = (path / "manifest.json").stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def bm25_built_with(manifest: Manifest) -> dict:
+    """The settings the BM25 index on disk was built with: its record, or for a store from before the
+    record, what its manifest said (a ``robertson`` there was built with Robertson's IDF)."""
+    if "bm25_built_with" in manifest:
+        return manifest["bm25_built_with"]
+    return {"analyzer": AnalyzerConfig.from_dict(manifest["analyzer"]).to_dict(),
+            "bm25": {**DEFAULT_PARAMS, **manifest["bm25"]}}
 
 
 def bm25_digest(wanted: dict[str, str], spec: dict) -> str:
