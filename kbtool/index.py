@@ -137,7 +137,8 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
     spec = store.bm25_spec()
     digest = mf.bm25_digest(wanted, spec)
     state = BM25Index.state(bm25_dir)
-    rebuilt = force or not BM25Index.exists(bm25_dir) or built_with != spec or state.get("digest") != digest
+    rebuilt = (force or BM25Index.chunk_ids_on_disk(bm25_dir) is None or built_with != spec
+               or state.get("digest") != digest)
     if rebuilt:
         analyzer = store.analyzer
         BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],

@@ -2,6 +2,7 @@
 the catalog stays the truth, status never claims a stale index is current, a plain `kbtool index`
 repairs. The crash is a real SIGKILL of a real kbtool process."""
 
+import json
 import os
 import shutil
 import signal
@@ -220,7 +221,7 @@ def test_queries_are_served_while_another_process_writes(tmp_path, embedder):
 
     store = _store(tmp_path, embedder)
     with store.catalog.transaction() as db:  # the catalog moved on
-        db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")  # (as mid-ingest) and the indexes have not caught up
+        db.execute("UPDATE state SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")  # as mid-ingest
     assert not store.is_indexed()
     with pytest.raises(StoreError, match="kbtool index"):
         Retriever(store, embedder)  # nobody is writing: a real "behind", reported
@@ -388,3 +389,40 @@ def test_sigkill_while_embedding_or_chunking_then_plain_index_is_consistent(tmp_
         assert Retriever(Store.open(store.path), embedder).search("ospreylantern", mode="bm25")[0].doc_id == "more.md"
     else:
         assert Store.open(store.path).manifest["chunking"]["size"] == 64
+
+
+def test_a_damaged_bm25_is_a_one_line_error_that_doctor_names_and_index_rebuilds(tmp_path, embedder):
+    _store(tmp_path, embedder)
+    (tmp_path / "kb" / "bm25" / "chunk_ids.json").write_text("{not json")
+    kb = str(tmp_path / "kb")
+    r = runner.invoke(app, ["query", "marmaladefox", "--store", kb, "-m", "bm25"])
+    assert r.exit_code == 1 and "damaged" in r.stderr and "kbtool index" in r.stderr and "Internal" not in r.stderr
+    r = runner.invoke(app, ["doctor", "--store", kb, "--json"])
+    bm25 = next(f for f in json.loads(r.stdout)["findings"] if f["check"] == "bm25")
+    assert not bm25["ok"] and "damaged" in bm25["detail"]
+    r = runner.invoke(app, ["index", "--store", kb, "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["bm25_rebuilt"] and json.loads(r.stdout)["embedded"] == 0
+    r = runner.invoke(app, ["query", "marmaladefox", "--store", kb, "-m", "bm25", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["doc_id"] == "keep.md"
+
+
+def test_a_failure_on_taking_the_writer_lock_releases_it(tmp_path, monkeypatch):
+    from filelock import FileLock
+
+    import kbtool.store.lock as lock_mod
+
+    store = Store.open(tmp_path / "kb", create=True)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(lock_mod, "write_json", full_disk)
+    with pytest.raises(OSError):
+        with store.writing():
+            pass
+    monkeypatch.undo()
+    probe = FileLock(str(tmp_path / "kb" / "writer.lock"), thread_local=False)
+    probe.acquire(timeout=0)  # another process could take it: not left held
+    probe.release()
+    with store.writing():
+        assert not store.writer_active()

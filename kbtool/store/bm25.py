@@ -91,14 +91,28 @@ class BM25Index:
         """Record that the index on disk (unchanged) holds this catalog state (an atomic write)."""
         write_json(path / "state.json", state)
 
+    @staticmethod
+    def chunk_ids_on_disk(path: Path) -> list[str] | None:
+        """The chunk id of every row of the index in ``path``; None if it is missing or damaged."""
+        try:
+            ids = json.loads((path / "chunk_ids.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return ids if isinstance(ids, list) and all(isinstance(i, str) for i in ids) else None
+
     @classmethod
     def load(cls, path: Path) -> "BM25Index":
         if not cls.exists(path):
             raise StoreError(f"no BM25 index in {path.parent}: run `kbtool index`")
-        chunk_ids = json.loads((path / "chunk_ids.json").read_text())
+        chunk_ids = cls.chunk_ids_on_disk(path)
         retriever = None
-        if chunk_ids:
-            retriever = _bm25s().BM25.load(str(path), mmap=True, show_progress=False)
+        try:
+            if chunk_ids is None:
+                raise ValueError("chunk_ids.json is unreadable")
+            if chunk_ids:
+                retriever = _bm25s().BM25.load(str(path), mmap=True, show_progress=False)
+        except Exception as exc:  # noqa: BLE001 - any damage of bm25s's files reads the same way
+            raise StoreError(f"the BM25 index in {path} is damaged ({exc}): `kbtool index` rebuilds it") from None
         return cls(retriever, chunk_ids)
 
     def mask(self, allowed: set[str]) -> np.ndarray:

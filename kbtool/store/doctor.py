@@ -9,8 +9,6 @@ a lost catalog cannot be rebuilt from the indexes (Store.open refuses such a sto
 
 from __future__ import annotations
 
-import json
-
 from .bm25 import BM25Index
 from .manifest import bm25_digest
 
@@ -41,10 +39,12 @@ def diagnose(store) -> list[dict]:
             add("dimension", v["dim"] == dim, f"vectors are {v['dim']}-d, the manifest says {dim}-d")
 
     bm25_dir = store.path / "bm25"
+    ids = BM25Index.chunk_ids_on_disk(bm25_dir)
     if not BM25Index.exists(bm25_dir):
         add("bm25", not wanted, "no BM25 index" + (": `kbtool index` builds it" if wanted else ""))
+    elif ids is None:
+        add("bm25", False, "bm25/chunk_ids.json is damaged: `kbtool index` rebuilds BM25")
     else:
-        ids = json.loads((bm25_dir / "chunk_ids.json").read_text())
         state = BM25Index.state(bm25_dir)
         same_ids = set(ids) == set(wanted)
         current = state.get("digest") in (None, bm25_digest(wanted, store.bm25_spec()))

@@ -47,8 +47,8 @@ class WriterLock:
                         raise StoreError(
                             f"another kbtool process is writing to {self.folder} ({_describe(holder)}): "
                             "wait for it to finish, or pass --wait SECONDS") from None
-                write_json(self.folder / "writer.json", {"pid": os.getpid(), "since": now_iso()})
-                try:
+                try:  # a failure here (a full disk, a damaged manifest) must not keep the lock held
+                    write_json(self.folder / "writer.json", {"pid": os.getpid(), "since": now_iso()})
                     on_first()
                 except BaseException:
                     self._file.release()
