@@ -144,21 +144,31 @@ class _Question:
         self.tags = set(q.tags)
         self.group = "other"
         self._store, self._sc, self._matcher, self._depth = store, sc, matcher, depth
+        self._near = None  # the candidates' near-duplicate relation, computed on first use
+        self._ask = 0  # hits asked for first (see ``metric``)
 
     def answer(self, contract, top_k: int | None = None):
         from ..query.pipeline import answer
+        from ..query.postprocess import NearDuplicates
 
+        similarity = contract.postprocess.dedup.similarity
+        if contract.postprocess.dedup.enabled and (self._near is None or self._near.similarity != similarity):
+            self._near = NearDuplicates([row["text"] for row in self.rows.values()], similarity)
         return answer(self._store, contract, self.c, sc=self._sc, tags=self.q.tags, top_k=top_k or self._depth,
-                      explain=False, rows=self.rows, with_trace=False)
+                      explain=False, rows=self.rows, with_trace=False, near=self._near)
 
     def metric(self, contract, objective: str, k: int) -> float:
         """The objective (a metric at cut-off ``k``) of the contract's answer, as eval scores it.
 
         Asked for ``k`` hits first: a metric at k reads the first k units only, and the pipeline's
         first hits do not depend on how many are asked for (dedup keeps hits in order), so while
-        they give k units the score is eval's at its depth; else the answer at full depth decides."""
-        ranking, _, qrels = units(self.answer(contract, k).hits, self.q, self.level, self._matcher)
-        if len(ranking) < k:
+        they give k units the score is eval's at its depth; else the answer at full depth decides.
+        A question whose hits collapse into fewer units (chunks of one document) asks for twice as
+        many the next time."""
+        ask = max(k, self._ask)
+        ranking, _, qrels = units(self.answer(contract, ask).hits, self.q, self.level, self._matcher)
+        if len(ranking) < k and ask < self._depth:
+            self._ask = min(self._depth, 2 * ask)
             ranking, _, qrels = units(self.answer(contract).hits, self.q, self.level, self._matcher)
         return score(objective, ranking, qrels)
 

@@ -24,7 +24,7 @@ from .context import build_context, citation
 from .decide import confidence, decide, missing_terms, suggestions
 from ..filters import parse_filter
 from .fusion import fuse
-from .postprocess import dedup
+from .postprocess import NearDuplicates
 from .preprocess import Processed, preprocess
 
 
@@ -204,12 +204,14 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
 
 def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str] = (), count_tokens=None,
            top_k: int | None = None, explain: bool = True, rows: dict | None = None,
-           with_trace: bool = True) -> Answer:
+           with_trace: bool = True, near: NearDuplicates | None = None) -> Answer:
     """Fuse, post-process and decide for one question's candidates (cheap, pure but for row reads).
 
     ``rows``: chunk rows by id already read for these candidates (``store.chunks_by_id(cands.ids)``),
     for a caller answering the same candidates under many contracts (calibrate); None reads them.
-    ``with_trace=False`` leaves ``Answer.trace`` empty (calibrate reads hits and confidence only)."""
+    ``with_trace=False`` leaves ``Answer.trace`` empty (calibrate reads hits and confidence only).
+    ``near``: the near-duplicate relation of these candidates' texts, computed once (calibrate);
+    None computes it over the window, as a query does."""
     t0 = time.perf_counter()
     p = cands.processed
     fusion = contract.retrieve.fusion
@@ -231,8 +233,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
     if contract.postprocess.dedup.enabled:
-        window, dropped = dedup(window, lambda item: rows[item[0]]["text"], contract.postprocess.dedup.similarity,
-                                keep=top_k)
+        similarity = contract.postprocess.dedup.similarity
+        if near is None or near.similarity != similarity:
+            near = NearDuplicates([rows[c]["text"] for c, _ in window], similarity)
+        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k)
     hits = []
     for cid, score in window[:top_k]:
         row, i = rows[cid], pos[cid]
