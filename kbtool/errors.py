@@ -35,6 +35,14 @@ class StoreError(KbtoolError):
     """The store is missing, from another version, or inconsistent."""
 
 
+class StoreFullError(StoreError):
+    """The file system holding the store has no space left: nothing was lost; free space, re-run."""
+
+
+class StoreReadOnlyError(StoreError):
+    """The store cannot be written (a read-only file system, or no write permission): reads work."""
+
+
 class ModelMismatchError(StoreError):
     """The store was built with a different embedding model than the one asked for."""
 

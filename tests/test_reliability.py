@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbtool.cli import app
-from kbtool.errors import StoreError
+from kbtool.errors import StoreError, StoreFullError
 from kbtool.ingestion.pipeline import ingest
 from kbtool.query.retriever import Retriever
 from kbtool.index import sync
@@ -92,7 +92,7 @@ def test_failing_bm25_build_leaves_the_store_behind_not_wrong(tmp_path, embedder
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(BM25Index, "build", classmethod(boom))
-    with pytest.raises(OSError):
+    with pytest.raises(StoreFullError, match="no space left .* nothing was lost"):  # said as such, not damage
         ingest(store, [tmp_path / "d"], embedder=embedder)
     assert not Store.open(store.path).is_indexed()
     monkeypatch.setattr(BM25Index, "build", classmethod(real))
@@ -417,7 +417,7 @@ def test_a_failure_on_taking_the_writer_lock_releases_it(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(lock_mod, "write_json", full_disk)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreFullError, match="no space left"):
         with store.writing():
             pass
     monkeypatch.undo()

@@ -113,6 +113,13 @@ def handle_errors(fn):
         except Exception as exc:
             import os
 
+            known = _storage_error(exc)
+            if known is not None:  # a full or read-only disk met outside the store's own writes
+                from rich.markup import escape
+
+                err.print(f"[bold red]Error:[/] {escape(str(known))}", highlight=False)
+                raise typer.Exit(known.exit_code) from None
+
             # Typer's own usage errors (BadParameter and friends) keep their exit code 2.
             if os.environ.get("KBTOOL_DEBUG") or type(exc).__module__.split(".")[0] in ("click", "typer"):
                 raise
@@ -124,6 +131,22 @@ def handle_errors(fn):
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def _storage_error(exc: Exception):
+    """A full file system, a read-only one or no permission, said as such (never 'Internal error')."""
+    import errno
+    import sqlite3
+
+    from ..store.files import storage_error
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        where = Path(exc.filename or ".").absolute()
+        return storage_error(exc, where if where.is_dir() else where.parent)
+    if isinstance(exc, sqlite3.OperationalError) or type(exc).__module__.startswith("chromadb"):
+        known = storage_error(exc, Path.cwd())
+        return known if known and "no space" in str(known) else None
+    return None
 
 
 def check_sizing(kb, spec, rebuild: bool = False) -> None:

@@ -23,7 +23,7 @@ from . import manifest as mf
 from .analyzer import Analyzer, AnalyzerConfig
 from .bm25 import BM25Index
 from .catalog import Catalog
-from .files import write_json
+from .files import readonly_error, storage_error, writable, write_json
 from .lock import WriterLock
 from .vectors import VectorIndex, index_hash, open_vectors
 
@@ -40,7 +40,7 @@ class Store:
     def __init__(self, path: Path, manifest: mf.Manifest):
         self.path, self.manifest, self._stamp = path, manifest, None
         self.catalog = Catalog(path / "catalog.sqlite3")
-        self.vectors: VectorIndex = open_vectors(path, manifest)
+        self.vectors: VectorIndex = open_vectors(path, manifest, self.catalog, lambda: self.embedding_spec().cache_key)
         self._bm25: BM25Index | None = None
         self._bm25_lock = threading.Lock()
         self._meta_cache: tuple = (None, [])
@@ -52,15 +52,7 @@ class Store:
     def open(cls, path: str | Path | None = None, *, create: bool = False, model=None) -> "Store":
         """``model``: a new store's embedding model (name, path, ``openai:URL#name``, EmbeddingSpec)."""
         path = Path(path) if path else default_store_path()
-        if path.exists() and not path.is_dir():
-            raise StoreError(f"{path} is a file, not a kbtool store: choose another store path")
-        if (path / "manifest.json").exists() and not (path / "catalog.sqlite3").exists():
-            # Never recreate an empty catalog under existing indexes: the next index would wipe them.
-            raise StoreError(f"{path} has a manifest but no catalog.sqlite3: the store is damaged "
-                             "(its documents cannot be recovered from the indexes); re-ingest into a new store")
-        if not (path / "manifest.json").exists():
-            if not create:
-                raise StoreError(f"no kbtool store at {path}: run `kbtool ingest <folder>` first, or pass --store")
+        if not mf.check_folder(path, create):
             mf.create(path, model, __version__)
         return cls(path, mf.read(path))
 
@@ -72,10 +64,18 @@ class Store:
     def writing(self):
         """Hold the store's writer lock (re-entrant within a thread). Another writer — a process or
         a thread — waits up to ``lock_wait`` seconds, then StoreError names the holder. On entry
-        the manifest is re-read: another process may have changed the store meanwhile."""
+        the manifest is re-read: another process may have changed the store meanwhile. A full or
+        read-only file system, or no permission, is a StoreFullError / StoreReadOnlyError."""
+        if not writable(self.path):
+            raise readonly_error(self.path)
         self._lock.wait, self._lock.on_wait = self.lock_wait, self.on_wait
-        with self._lock.hold(self._reload):
-            yield self
+        try:
+            with self._lock.hold(self._reload):
+                yield self
+        except Exception as exc:
+            if (known := storage_error(exc, self.path)) in (None, exc):
+                raise
+            raise known from None
 
     def _reload(self) -> None:
         self.manifest = mf.read(self.path)
@@ -229,7 +229,6 @@ class Store:
 
     def has_bm25(self) -> bool:
         return BM25Index.exists(self.path / "bm25")
-
     def bm25(self) -> BM25Index:
         """The BM25 index on disk; a long-lived Store reloads it after another process's rebuild."""
         with self._bm25_lock:  # a writer thread may drop self._bm25 at any moment: return our own

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..document import fingerprint
 from ..errors import StoreError
+from .files import storage_error
 
 _IN_BATCH = 500  # ids per `IN (...)` query
 
@@ -82,18 +83,47 @@ MIGRATIONS: list[tuple[str, str]] = [
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    # Used by one thread only; check_same_thread=False lets Catalog.close() (any thread) close it.
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
+    """A connection that writes nothing on open: WAL is switched on only for a catalog not yet in WAL
+    (a new one). A catalog that cannot be opened for writing (a read-only file system, another
+    user's store) is opened read-only; one whose folder cannot hold the WAL index (``-shm``) of a
+    reader either, as immutable, unless a ``-wal`` file holds changes the catalog lacks."""
+    first = None
+    for query in ("", "?mode=ro", "?mode=ro&immutable=1"):
+        if query.endswith("immutable=1") and _wal_pending(path):
+            raise StoreError(f"{path}-wal holds changes not yet in the catalog, and {path.parent} cannot be "
+                             "written: open the store once where it can be written (any kbtool command), then "
+                             "read it read-only")
+        # Used by one thread only; check_same_thread=False lets Catalog.close() (any thread) close it.
+        conn = sqlite3.connect(path.absolute().as_uri() + query, uri=True, isolation_level=None, timeout=30,
+                               check_same_thread=False)
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "unable to open" not in str(exc) and "readonly" not in str(exc) and "i/o error" not in str(exc):
+                raise
+            first = first or exc
+    else:
+        raise first
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA journal_mode = WAL")
+    if not query and mode != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def _wal_pending(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
 
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply pending migrations; returns the schema version now in force."""
     current = conn.execute("PRAGMA user_version").fetchone()[0]
+    if current == len(MIGRATIONS):
+        return current  # nothing to write: a reader of a read-only store never tries
     if current > len(MIGRATIONS):
         raise StoreError(
             f"catalog schema {current} is newer than this kbtool knows ({len(MIGRATIONS)}): upgrade kbtool"
@@ -142,8 +172,11 @@ class Catalog:
         self._guard = threading.Lock()
         try:
             migrate(self.db)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
             self.close()
+            known = storage_error(exc, path.parent, "upgrading its catalog")
+            if known:
+                raise known from None
             raise StoreError(f"{path} is not a readable catalog ({exc}): the store is damaged; "
                              "re-ingest into a new store") from None
 

@@ -88,6 +88,8 @@ class WriterLock:
 
         if self._depth:
             return self._owner != threading.get_ident()
+        if not os.access(self.folder / "writer.lock", os.W_OK):
+            return _locked_read_only(self.folder / "writer.lock")  # a read-only store, another user's
         probe = FileLock(str(self.folder / "writer.lock"), thread_local=False)
         try:
             probe.acquire(timeout=0)
@@ -95,6 +97,23 @@ class WriterLock:
             return True
         probe.release()
         return False
+
+
+def _locked_read_only(file: Path) -> bool:
+    """Whether a process holds the lock file, probed through a read-only descriptor (flock works there)."""
+    import fcntl
+
+    try:
+        fd = os.open(file, os.O_RDONLY)
+    except OSError:
+        return False  # no lock file: nobody ever wrote here
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _describe(holder: dict) -> str:

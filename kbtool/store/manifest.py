@@ -9,6 +9,7 @@ and ``check_dim`` refuse vectors made another way.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypedDict
@@ -18,7 +19,7 @@ import numpy as np
 from ..errors import ModelMismatchError, StoreError
 from .analyzer import AnalyzerConfig
 from .bm25 import DEFAULT_PARAMS, effective_params
-from .files import write_json
+from .files import storage_error, write_json
 from .vectors import HNSW
 
 FORMAT_VERSION = 1
@@ -76,6 +77,25 @@ def new(spec, version: str) -> Manifest:
     }
 
 
+def check_folder(path: Path, create: bool) -> bool:
+    """Whether folder ``path`` holds a store; StoreError if it cannot be (a file, a dangling symlink, a
+    manifest without a catalog), or if there is none and ``create`` is false."""
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: create "
+                         "that folder, or choose another store path")
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"{path} is a file, not a kbtool store: choose another store path")
+    if (path / "manifest.json").exists() and not (path / "catalog.sqlite3").exists():
+        # Never recreate an empty catalog under existing indexes: the next index would wipe them.
+        raise StoreError(f"{path} has a manifest but no catalog.sqlite3: the store is damaged "
+                         "(its documents cannot be recovered from the indexes); re-ingest into a new store")
+    if (path / "manifest.json").exists():
+        return True
+    if not create:
+        raise StoreError(f"no kbtool store at {path}: run `kbtool ingest <folder>` first, or pass --store")
+    return False
+
+
 def create(path: Path, model, version: str) -> None:
     """Write the manifest of a new store in ``path`` (missing or empty); the model is checked first."""
     from ..embed import check_available
@@ -84,8 +104,12 @@ def create(path: Path, model, version: str) -> None:
         raise StoreError(f"{path} exists and is not a kbtool store: choose another store path")
     spec = spec_of(model)
     check_available(spec)  # fail before anything is written
-    path.mkdir(parents=True, exist_ok=True)
-    write_json(path / "manifest.json", new(spec, version))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        write_json(path / "manifest.json", new(spec, version))
+    except OSError as exc:
+        where = next((p for p in [path, *path.parents] if p.exists()), path)
+        raise (storage_error(exc, where, "creating a store") or exc) from None
 
 
 def embedding_record(spec) -> Embedding:
@@ -98,6 +122,9 @@ def read(path: Path) -> Manifest:
     file = path / "manifest.json"
     try:
         manifest = json.loads(file.read_text())
+    except PermissionError:
+        raise StoreError(f"permission denied reading {file}: ask the store's owner for read permission "
+                         "(`chmod -R a+rX` on the store folder)") from None
     except (OSError, ValueError) as exc:
         raise StoreError(f"{file} is unreadable ({exc}): the store is damaged") from None
     if not isinstance(manifest, dict):
@@ -105,6 +132,9 @@ def read(path: Path) -> Manifest:
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         newer = isinstance(version, int) and version > FORMAT_VERSION
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise StoreError(f"{file}: format_version is {json.dumps(version)}, not the integer {FORMAT_VERSION}: "
+                             "the manifest was edited or damaged; write it as a number, or re-ingest into a new store")
         raise StoreError(
             f"store {path} has format {version}, this kbtool reads format {FORMAT_VERSION}: "
             + ("upgrade kbtool" if newer else "re-ingest into a new store"))

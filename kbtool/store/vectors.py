@@ -71,10 +71,19 @@ class ChromaVectors:
                     from chromadb.api.client import SharedSystemClient
 
                     SharedSystemClient.clear_system_cache()
-                self._client = chromadb.PersistentClient(path=str(self.path),
-                                                         settings=Settings(anonymized_telemetry=False))
-                self._collection = self._client.get_or_create_collection(
-                    COLLECTION, configuration={"hnsw": dict(self.hnsw)}, embedding_function=None)
+                try:
+                    self._client = chromadb.PersistentClient(path=str(self.path),
+                                                             settings=Settings(anonymized_telemetry=False))
+                    self._collection = self._client.get_or_create_collection(
+                        COLLECTION, configuration={"hnsw": dict(self.hnsw)}, embedding_function=None)
+                except Exception:
+                    # A client that failed to start (a full disk) stays in chromadb's per-path cache,
+                    # broken: the next try in this process (after space is freed) must start afresh.
+                    from chromadb.api.client import SharedSystemClient
+
+                    SharedSystemClient.clear_system_cache()
+                    self._client = None
+                    raise
             return self._collection
 
     def count(self) -> int:
@@ -144,7 +153,81 @@ class ChromaVectors:
         return out
 
 
-def open_vectors(store_path: Path, manifest: dict) -> VectorIndex:
+class CatalogVectors:
+    """The read-only engine of a store this process cannot write (a read-only file system, another
+    user's store: Chroma cannot open its database there): exact cosine search over the vectors the
+    catalog's embedding cache holds for the store's chunks — the very vectors ``index`` wrote to
+    Chroma. Loaded once per catalog generation; any write raises StoreReadOnlyError."""
+
+    def __init__(self, path: Path, catalog, cache_key, on_write):
+        self.path, self._catalog, self._key, self._on_write = path, catalog, cache_key, on_write
+        self._loaded: tuple = (None, [], [], np.zeros((0, 0), dtype=np.float32))
+        self._lock = threading.Lock()
+
+    def _matrix(self):
+        gen = self._catalog.generation()
+        with self._lock:
+            if self._loaded[0] != gen:
+                vecs = self._catalog.chunk_vectors(self._key())
+                docs = {cid: doc for cid, doc, _meta in self._catalog.chunk_metadata()}
+                ids = sorted(vecs)
+                m = np.stack([vecs[c] for c in ids]).astype(np.float32) if ids else np.zeros((0, 0), np.float32)
+                if len(m):
+                    m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+                self._loaded = (gen, ids, [docs.get(c) for c in ids], m)
+            return self._loaded[1:]
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def count(self) -> int:
+        return len(self._matrix()[0])
+
+    def indexed(self) -> dict[str, str]:
+        from . import vectors as _v
+
+        have = set(self._matrix()[0])
+        return {r[0]: _v.index_hash(r[1], r[2]) for r in self._catalog.chunk_hashes() if r[0] in have}
+
+    def get(self, ids: list[str]) -> dict[str, np.ndarray]:
+        vecs = self._catalog.chunk_vectors(self._key(), list(ids))
+        return {c: np.asarray(v, dtype=np.float32) for c, v in vecs.items()}
+
+    def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+        ids, docs, m = self._matrix()
+        wanted = None if doc_ids is None else set(doc_ids)
+        keep = np.array([i for i, d in enumerate(docs) if wanted is None or d in wanted], dtype=int)
+        out = []
+        for q in np.asarray(vectors, dtype=np.float32):
+            if not len(keep):
+                out.append([])
+                continue
+            scores = m[keep] @ (q / max(float(np.linalg.norm(q)), 1e-12))
+            best = np.argsort(-scores, kind="stable")[:depth]
+            out.append(sorted(((ids[keep[i]], float(scores[i])) for i in best), key=lambda x: (-x[1], x[0])))
+        return out
+
+    def verify(self, wanted: dict[str, str], dim: int | None) -> dict:
+        return ChromaVectors.verify(self, wanted, dim)  # type: ignore[arg-type]
+
+    def upsert(self, ids, vectors, metadatas) -> None:
+        raise self._on_write()
+
+    def delete(self, ids) -> None:
+        if ids:
+            raise self._on_write()
+
+    def drop(self) -> None:
+        raise self._on_write()
+
+
+def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None) -> VectorIndex:
     """The vector index of the store in ``store_path``: Chroma embedded in ``chroma/`` (today's one
-    engine; another engine is chosen here, from the manifest)."""
-    return ChromaVectors(store_path / "chroma", manifest["hnsw"])
+    engine; another engine is chosen here, from the manifest), or, where this process cannot write
+    the store (Chroma opens its database for writing), ``CatalogVectors`` over the catalog."""
+    from .files import readonly_error, writable
+
+    chroma = store_path / "chroma"
+    if catalog is not None and not writable(chroma if chroma.is_dir() else store_path):
+        return CatalogVectors(chroma, catalog, cache_key, lambda: readonly_error(store_path, "writing vectors"))
+    return ChromaVectors(chroma, manifest["hnsw"])
