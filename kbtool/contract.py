@@ -308,13 +308,20 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
     else:
         where = str(source)
         try:
+            if source.is_file() and source.stat().st_size > MAX_CONTRACT_BYTES:
+                raise ContractError(
+                    f"{source}: {source.stat().st_size / 2**20:.1f} MB is over the contract size limit of "
+                    f"{MAX_CONTRACT_BYTES / 2**20:g} MB: a contract holds settings and short lists (a thesaurus "
+                    "that large would slow every query); trim it")
             text = source.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ContractError(f"{source}: no such contract file (create one with `kbtool contract init`)") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ContractError(f"{source}: cannot read it ({exc})") from None
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_strict_loader(source))  # noqa: S506 (a SafeLoader)
+        except RecursionError:
+            raise ContractError(f"{source}: nested too deeply to be a contract") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f":{mark.line + 1}" if mark else ""
@@ -328,9 +335,32 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
     return validate_contract(data, where)
 
 
+MAX_CONTRACT_BYTES = 2**20  # 1 MB
+
+
+def _strict_loader(source):
+    """yaml's SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise ContractError(f"{source}:{key_node.start_mark.line + 1}: key {key!r} is given twice "
+                                        f"in one mapping (first on line {seen[key]}): keep one")
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
 def validate_contract(data: Any, where: str = "contract") -> Contract:
     try:
         return Contract.model_validate(data)
+    except RecursionError:
+        raise ContractError(f"{where}: nested too deeply to be a contract") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         more = len(exc.errors()) - 1

@@ -22,7 +22,7 @@ def write_report(report, out_dir: Path) -> list[Path]:
     data = report.to_dict()
     written = []
     summary = out_dir / "summary.json"
-    summary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    _write(summary, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     written.append(summary)
 
     rows = []
@@ -52,9 +52,17 @@ def write_report(report, out_dir: Path) -> list[Path]:
                     fh.write(f"{qid} Q0 {trec_id(unit)} {rank} {s - rank * 1e-9:.12f} kbtool-{_safe(mode)}\n")
         written.append(path)
     html = out_dir / "report.html"
-    html.write_text(render_html(data), encoding="utf-8")
+    _write(html, render_html(data))
     written.append(html)
     return written
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomically (never a 0-byte file left by a failed write); a lone surrogate (from a file name or
+    JSON escape) is written as its escape, \\udXXX, which JSON reads back as the same string."""
+    from ..store.files import write_text
+
+    write_text(path, text, errors="backslashreplace")
 
 
 def _safe(mode: str) -> str:
@@ -67,7 +75,7 @@ def write_calibration(result, out_dir) -> list[Path]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         js = out_dir / "calibration.json"
-        js.write_text(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        _write(js, json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
         png = out_dir / "calibration.png"
         plot_calibration(result, png)
     except OSError as exc:

@@ -23,6 +23,9 @@ from pathlib import Path
 from ..errors import InputError, UsageError
 
 QUESTION_FIELDS = {"id", "question", "relevant", "tags", "notes"}
+MAX_QUESTION_FILE_BYTES = 200 * 2**20  # a question set (or queries file) over 200 MB is refused
+MAX_QUESTIONS = 100_000  # questions a set may hold (eval runs each of them in every mode)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 RELEVANT_FIELDS = {"doc", "evidence", "section", "grade"}
 
 
@@ -77,7 +80,14 @@ def load_questions(path: str | Path, *, qrels: str | Path | None = None, split: 
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such question set")
+    for file in (path / "queries.jsonl", qrels) if path.is_dir() else (path, qrels):
+        if file and Path(file).is_file() and Path(file).stat().st_size > MAX_QUESTION_FILE_BYTES:
+            raise InputError(f"{file}: {Path(file).stat().st_size / 2**20:.0f} MB is over the question set limit "
+                             f"of {MAX_QUESTION_FILE_BYTES // 2**20} MB: split it into several sets")
     qs = _load(path, qrels, split)
+    if len(qs.questions) > MAX_QUESTIONS:
+        raise InputError(f"{path}: {len(qs.questions)} questions is over the limit of {MAX_QUESTIONS}: "
+                         "split the set, or sample it")
     qs.source = str(path)
     return qs
 
@@ -144,9 +154,20 @@ def _question(rec: dict, src: str, lineno: int, issues: list[LintIssue]) -> Ques
     if qid is None or str(qid).strip() == "":
         issues.append(LintIssue(src, lineno, "missing id", True))
         return None
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        issues.append(LintIssue(src, lineno, f"id {json.dumps(qid)} must be a string (or a whole number)", True))
+        return None
     text = rec.get("question")
+    if text is not None and not isinstance(text, str):
+        issues.append(LintIssue(src, lineno, f"question {qid!r}: the question {json.dumps(text)} must be a string "
+                                             "(put it in quotes)", True))
+        return None
     if not isinstance(text, str) or not text.strip():
         issues.append(LintIssue(src, lineno, f"question {qid!r} is empty", True))
+        return None
+    if _SURROGATE.search(text + str(qid)):
+        issues.append(LintIssue(src, lineno, f"question {qid!r} holds a lone surrogate (an escape such as "
+                                             "\\ud800 that is not a Unicode character): fix the text", True))
         return None
     raw = rec.get("relevant", [])
     if not isinstance(raw, list):
