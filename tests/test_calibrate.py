@@ -208,3 +208,21 @@ def test_calibrate_equals_eval_on_the_sample_set_with_mixed_questions(sample_sto
         evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
         mine = dict(zip((it.q.id for it in items), search.per_question(ci, wmap)))
         assert mine == pytest.approx(evals, abs=1e-12), CONFIGS[ci]
+
+
+def test_calibrate_write_during_a_concurrent_ingest_writes_nothing(blind, tmp_path, monkeypatch):
+    from kbtool.store import Store
+
+    store, _ = blind
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Store, "writer_active", lambda self: True)  # an ingest holds the writer lock
+    r = runner.invoke(app, ["calibrate", str(store.path.parent / "q.jsonl"), "--store", str(store.path), "--write", "-q"])
+    assert r.exit_code == 1 and "was being written" in r.stderr and "not written" in r.stderr, r.output
+    assert not (tmp_path / "kbtool.yaml").exists()
+
+
+def test_ingest_of_a_missing_path_creates_no_store(tmp_path, sample_store):
+    r = runner.invoke(app, ["ingest", str(sample_store.path.parent / "corpus"), str(tmp_path / "nonexistent"),
+                            "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 2 and "nonexistent: no such file or folder" in r.stderr, r.output
+    assert not (tmp_path / "kb").exists()

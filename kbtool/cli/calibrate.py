@@ -36,7 +36,7 @@ def calibrate(
     import difflib
 
     from ..contract import CONTRACT_FILE, calibrated_text, dump_yaml, find_contract, load_contract
-    from ..errors import InputError, UsageError
+    from ..errors import InputError, StoreError, UsageError
     from ..evaluation.calibrate import calibrate as run
     from ..evaluation.questions import lint_against_store, load_questions
 
@@ -60,6 +60,7 @@ def calibrate(
     fatal = [i for i in qs.issues if i.fatal]
     if fatal:
         raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
+    generation = kb.generation()
     with progress_bars(quiet) as bars:
         result = run(kb, qs, c, objective=objective, folds=folds, seed=seed, min_count=min_count,
                      max_false_answer=max_false_answer, max_false_refusal=max_false_refusal, progress=bars,
@@ -78,6 +79,9 @@ def calibrate(
             raise InputError(f"--out {exc}") from None
         if not quiet:
             err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False, markup=False)
+    if write and (kb.writer_active() or not kb.is_indexed() or kb.generation() != generation):
+        raise StoreError(f"{kb.path} was being written (an ingest or index) while calibrating, or its indexes are "
+                         f"behind: {target} not written; run calibrate --write again once the store is current")
     if write:
         try:
             target.write_text(new, encoding="utf-8")

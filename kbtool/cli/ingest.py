@@ -57,6 +57,11 @@ def ingest(
         from ..store.analyzer import _stemmer
 
         _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
+    missing = [p for p in paths if not p.exists()]
+    if missing:  # before a store is made: a mistyped path leaves nothing behind
+        from ..errors import UsageError
+
+        raise UsageError(f"{missing[0]}: no such file or folder" + (f" (and {len(missing) - 1} more)" if missing[1:] else ""))
     options_given = (query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
     from ..store import default_store_path
 
