@@ -247,3 +247,24 @@ def test_a_dangling_symlink_as_store_is_said(tmp_path, docs):
     for args in (["status"], ["ingest", docs]):
         r = run(*args, "--store", tmp_path / "link")
         assert r.exit_code == 1 and "symbolic link" in r.stderr and "does not exist" in r.stderr, r.output
+
+
+@pytest.mark.parametrize("exc, said", [
+    (OSError(errno.ENOSPC, "No space left on device", "/tmp/out/summary.json"), "no space left on"),
+    (sqlite3.OperationalError("database or disk is full"), "no space left on"),
+    (PermissionError(errno.EACCES, "Permission denied", "/srv/out/report.html"), "Permission denied: /srv/out/report.html"),
+])
+def test_the_cli_says_a_full_or_forbidden_disk_met_anywhere_in_one_line(exc, said, capsys):
+    import typer
+
+    from kbtool.cli._common import handle_errors
+
+    @handle_errors
+    def command():
+        raise exc
+
+    with pytest.raises(typer.Exit) as ended:
+        command()
+    assert ended.value.exit_code == 1
+    text = capsys.readouterr().err
+    assert said in text and "Internal error" not in text, text

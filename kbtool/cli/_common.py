@@ -140,9 +140,13 @@ def _storage_error(exc: Exception):
 
     from ..store.files import storage_error
 
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = Path(exc.filename or ".").absolute()
         return storage_error(exc, where if where.is_dir() else where.parent)
+    if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        from ..errors import KbtoolError  # not the store's own files (Store.writing says those): one line
+
+        return KbtoolError(f"{exc.strerror}: {exc.filename or '(no file name given)'}")
     if isinstance(exc, sqlite3.OperationalError) or type(exc).__module__.startswith("chromadb"):
         known = storage_error(exc, Path.cwd())
         return known if known and "no space" in str(known) else None
