@@ -268,3 +268,17 @@ def test_the_cli_says_a_full_or_forbidden_disk_met_anywhere_in_one_line(exc, sai
     assert ended.value.exit_code == 1
     text = capsys.readouterr().err
     assert said in text and "Internal error" not in text, text
+
+
+def test_real_damage_is_still_called_damage(docs, tmp_path):
+    kb = tmp_path / "kb"
+    assert run("ingest", docs, "--store", kb, "-q").exit_code == 0
+    for name in ("catalog.sqlite3-wal", "catalog.sqlite3-shm"):  # this process's ingest left them open
+        (kb / name).unlink(missing_ok=True)
+    (kb / "catalog.sqlite3").unlink()
+    (kb / "catalog.sqlite3").write_bytes(b"this is not a database, it was overwritten" * 100)
+    for args in (["status"], ["query", "port"], ["ingest", docs]):
+        r = run(*args, "--store", kb)
+        assert r.exit_code == 1, r.output
+        assert "not a readable catalog (file is not a database): the store is damaged" in r.stderr, r.stderr
+        assert "no space" not in r.stderr and "read-only" not in r.stderr
