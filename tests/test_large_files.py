@@ -134,3 +134,28 @@ def test_text_is_cut_inside_a_blank_line():
     assert parse._text_cuts("a\nb\nc\n", 1, per_line=True) == [2, 4]
     assert cuts and all(text[c - 1] == "\n" for c in cuts)
     assert "".join(text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])) == text
+
+
+def test_ingest_reports_progress_inside_a_big_file(tmp_path, monkeypatch):
+    from kbtool.ingestion import pipeline
+    from kbtool.ingestion.pipeline import IngestOptions, ingest
+    from kbtool.store import Store
+
+    root = tmp_path / "docs"
+    big = write(root / "big.txt", prose(300, md=False, seed=5))
+    write(root / "small.md", "# Small\n\nA small file reports no progress of its own.\n")
+    write(root / "page.html", "<h1>Page</h1>" + "<p>The store keeps every document it reads.</p>" * 200)
+    monkeypatch.setattr(pipeline, "PROGRESS_INSIDE", 8000)
+    monkeypatch.setattr(parse, "PIECE_CHARS", 2000)
+    calls = []
+    store = Store.open(tmp_path / "kb", create=True)
+    report = ingest(store, [root], IngestOptions(parse_only=True), progress=lambda *a: calls.append(a))
+    assert sorted(report.added) == ["big.txt", "page.html", "small.md"]
+    inside = [c for c in calls if c[0] == "parsing big.txt (MB)"]
+    total = max(1, round(big.stat().st_size / 2**20))
+    assert inside[0] == ("parsing big.txt (MB)", 0, total) and sum(a for _, a, _ in inside) == total
+    html = [c for c in calls if c[0] == "parsing page.html (MB)"]
+    assert html[0][1] == 0 and sum(a for _, a, _ in html) == html[0][2]  # one go: finished after it
+    assert not any("small.md" in c[0] for c in calls)
+    files = [c for c in calls if c[0] == "parsing"]
+    assert files[0] == ("parsing", 0, 3) and sum(a for _, a, _ in files) == 3
