@@ -159,3 +159,36 @@ def test_ingest_reports_progress_inside_a_big_file(tmp_path, monkeypatch):
     assert not any("small.md" in c[0] for c in calls)
     files = [c for c in calls if c[0] == "parsing"]
     assert files[0] == ("parsing", 0, 3) and sum(a for _, a, _ in files) == 3
+
+
+def test_each_type_has_its_own_size_limit_and_the_option_sets_one_for_all(tmp_path, monkeypatch):
+    from kbtool.errors import ParseError
+
+    monkeypatch.setitem(parse.MAX_SIZE_BY_TYPE, "html", 1000)
+    body = "<h1>Page</h1>" + "<p>The store keeps every document it reads.</p>" * 60
+    html = write(tmp_path / "page.html", body)
+    txt = write(tmp_path / "page.txt", body)
+    with pytest.raises(ParseError) as exc:
+        parse_file(html, "page.html")
+    assert "limit for html files" in str(exc.value) and "--max-file-size" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    assert parse_file(txt, "page.txt").blocks  # text's limit is higher
+    assert parse_file(html, "page.html", max_bytes=10**6).blocks  # one limit for every type
+    with pytest.raises(ParseError, match="over the limit set, 0.00095"):
+        parse_file(txt, "page.txt", max_bytes=1000)
+
+
+def test_ingest_reports_a_file_over_its_type_s_limit(tmp_path, monkeypatch):
+    from kbtool.ingestion.pipeline import IngestOptions, ingest
+    from kbtool.store import Store
+
+    monkeypatch.setitem(parse.MAX_SIZE_BY_TYPE, "csv", 10)
+    root = tmp_path / "docs"
+    write(root / "a.md", "# A\n\nThe store keeps every document it reads.\n")
+    write(root / "t.csv", "name,value\nindex,one\nstore,two\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    report = ingest(store, [root], IngestOptions(parse_only=True))
+    assert report.added == ["a.md"]
+    assert [f["doc_id"] for f in report.failed] == ["t.csv"] and "--max-file-size" in report.failed[0]["reason"]
+    report = ingest(store, [root], IngestOptions(parse_only=True, max_file_size=10**6))
+    assert report.added == ["t.csv"] and not report.failed

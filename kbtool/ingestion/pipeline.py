@@ -18,7 +18,7 @@ from ..errors import InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
-from .parse import MAX_FILE_SIZE, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
 # PROGRESS_INSIDE bytes or more, "parsing DOC_ID (MB)" counting its megabytes as they are parsed.
@@ -51,7 +51,7 @@ class IngestOptions:
     parse_only: bool = False
     keep_missing: bool = False
     encoding: str | None = None
-    max_file_size: int = MAX_FILE_SIZE
+    max_file_size: int | None = None  # bytes, one limit for every type; None: per type (parse.MAX_SIZE_BY_TYPE)
     markup_off: list[str] = field(default_factory=list)  # Markdown clean-up rules switched off
     include_root: str | None = None  # where include directives resolve (default: the ingest root)
     meta_from_path: list[str] = field(default_factory=list)  # e.g. "docs/{lang}/**"
@@ -175,7 +175,7 @@ def _validate(options: IngestOptions) -> None:
             codecs.lookup(options.encoding)
         except LookupError:
             raise UsageError(f"unknown encoding {options.encoding!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
-    if options.max_file_size <= 0:
+    if options.max_file_size is not None and options.max_file_size <= 0:
         raise UsageError("max_file_size must be positive")
     from .markup import MarkupRules
 
