@@ -86,6 +86,7 @@ def test_blocks_are_those_unstructured_gave_with_language_detection(monkeypatch,
     """Turning detection off changes no block (it only filled metadata.languages, unused)."""
     now = as_tuples(parse_file(SAMPLE / rel, rel))
     monkeypatch.setattr(parse, "NO_LANGUAGES", None)  # unstructured's default: detect
+    monkeypatch.setattr(parse, "PIECE_CHARS", 10**9)  # and in one go
     assert as_tuples(parse_file(SAMPLE / rel, rel)) == now
 
 
@@ -108,6 +109,7 @@ def test_pieces_give_the_blocks_of_one_go(tmp_path, monkeypatch, name, text):
     whole = as_tuples(parse_file(path, name))
     seen = []
     monkeypatch.setattr(parse, "PIECE_CHARS", 2000)
+    monkeypatch.setattr(parse, "MARKDOWN_PIECE_CHARS", 2000)
     pieced = parse_file(path, name, progress=lambda done, total: seen.append((done, total)))
     assert len(seen) > 5, "the file should have been cut into pieces"
     assert as_tuples(pieced) == whole
@@ -119,6 +121,7 @@ def test_pieces_give_the_blocks_of_one_go(tmp_path, monkeypatch, name, text):
 def test_pieces_give_the_blocks_of_one_go_on_the_sample_corpus(monkeypatch, rel):
     whole = as_tuples(parse_file(SAMPLE / rel, rel))
     monkeypatch.setattr(parse, "PIECE_CHARS", 200)
+    monkeypatch.setattr(parse, "MARKDOWN_PIECE_CHARS", 200)
     assert as_tuples(parse_file(SAMPLE / rel, rel)) == whole
 
 
