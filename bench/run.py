@@ -2,6 +2,7 @@
 against exact search, warm and cold query latency, retrieval quality.
 
     make bench            # or: .venv/bin/python bench/run.py [--dataset DIR]
+    .venv/bin/python bench/run.py --only large-files   # parse time and peak RSS of big files alone
 
 Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
 """
@@ -76,10 +77,140 @@ def raw_summary(times: dict[str, list[float]], n_texts: int) -> dict:
     return {"texts": n_texts, "fastest": fastest, "s": per[fastest]["s"], "runtimes": per}
 
 
+ZH = ["索引", "文档", "查询", "存储", "用户", "权限", "结果", "模型", "问题", "回答"]
+WORDS = ("the store index query document reader file folder chunk section table model vector search answer "
+         "question team policy budget report process data record value page server access limit time").split()
+VERBS = "reads writes builds returns keeps checks sends finds moves holds makes gives takes shows".split()
+
+
+def prose(size: int, md: bool, seed: int = 0) -> str:
+    """About ``size`` bytes of English paragraphs (wrapped at 70 columns), headings, lists and, one
+    paragraph in seven, a Chinese line: a document unstructured's langdetect calls mixed, which
+    made it detect every element's language (the slow path of issue 15)."""
+    import random
+
+    r = random.Random(seed)
+    out, n, total = ["# Large document" if md else "Large document"], 0, 0
+    while total < size:
+        n += 1
+        x = r.random()
+        if x < 0.15:
+            part = "".join(r.choice(ZH) for _ in range(r.randint(3, 8))) + "。"
+        elif x < 0.22:
+            part = ("#" * r.randint(2, 3) + " " if md else "") + f"Section {n} {r.choice(WORDS).title()} {r.choice(WORDS).title()}"
+        elif x < 0.27:
+            part = "\n".join(f"- {r.choice(WORDS)} {r.choice(VERBS)} {r.choice(WORDS)}" for _ in range(3))
+        elif md and x < 0.29:
+            part = "```python\n# not a heading\nx = 1\n```"
+        else:
+            words = [r.choice(WORDS) for _ in range(r.randint(12, 40))]
+            words.insert(3, r.choice(VERBS))
+            text = " ".join(words).capitalize() + "."
+            part = "\n".join(text[i:i + 70] for i in range(0, len(text), 70))
+        out.append(part)
+        total += len(part.encode("utf-8")) + 2
+    return "\n\n".join(out) + "\n"
+
+
+def parse_worker(path: str, before: bool) -> None:
+    """In its own process (so peak RSS is this file's): parse one file, print JSON. ``before``:
+    unstructured's language detection on and no pieces, as kbtool parsed before issue 15."""
+    import resource
+
+    from kbtool.ingestion import parse
+
+    parse._use_blank_spacy()
+    from unstructured.partition.md import partition_md
+    from unstructured.partition.text import partition_text
+
+    partition_md(text="# warm\n\nup text.")
+    partition_text(text="Warm up text.")
+    if before:
+        parse.NO_LANGUAGES, parse.PIECE_CHARS, parse.MARKDOWN_PIECE_CHARS = None, 10**12, 10**12
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t = time.perf_counter()
+    doc = parse.parse_file(Path(path), Path(path).name, max_bytes=10**12)
+    dt = time.perf_counter() - t
+    print(json.dumps({"parse_s": round(dt, 1), "blocks": len(doc.blocks), "rss_before_parse_mb": round(base),
+                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+
+
+def large_files(results: dict) -> dict:
+    """Parse time and peak RSS of a generated 30 MB text file and a 5 MB Markdown file (bench/out/,
+    not committed), each in a fresh process; and how long embedding the text file's chunks would
+    take at this machine's speed, estimated from its token count and a timed sample of chunks."""
+    out_dir = HERE / "out"
+    out_dir.mkdir(exist_ok=True)
+    r: dict = {}
+    for name, size, md in (("large-30mb.txt", 30 * 2**20, False), ("large-5mb.md", 5 * 2**20, True)):
+        path = out_dir / name
+        if not path.exists() or abs(path.stat().st_size - size) > 2**20:
+            path.write_text(prose(size, md), encoding="utf-8")
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--parse-worker", str(path)],
+                              capture_output=True, text=True, check=True, cwd=ROOT)
+        r[name] = {"mb": round(path.stat().st_size / 2**20, 1), **json.loads(proc.stdout.strip().splitlines()[-1])}
+        r[name]["mb_per_s"] = round(r[name]["mb"] / max(r[name]["parse_s"], 0.05), 2)
+        print(f"bench: {name}: {r[name]}", file=sys.stderr)
+
+    from kbtool.chunk import ChunkParams
+    from kbtool.embed import load_embedder
+
+    embedder = load_embedder()
+    params = ChunkParams().resolved(embedder.max_tokens)
+    text = (out_dir / "large-30mb.txt").read_text(encoding="utf-8")
+    tokens = sum(embedder.count_tokens(text[i:i + 100_000]) for i in range(0, len(text), 100_000))
+    chunks = tokens // (params.size - params.overlap) + 1
+    words = text.split()
+    sample = [" ".join(words[i:i + params.size * 2 // 3]) for i in range(0, 256 * params.size, params.size)][:256]
+    embedder.embed(sample[:8])
+    t = time.perf_counter()
+    embedder.embed(sample)
+    rate = len(sample) / (time.perf_counter() - t)
+    r["embed_estimate_30mb"] = {"tokens": tokens, "chunks": chunks, "chunk_tokens": params.size,
+                                "chunks_per_s": round(rate, 1), "embed_s": round(chunks / rate)}
+    r["parse_share_of_embed_30mb"] = round(r["large-30mb.txt"]["parse_s"] / (chunks / rate), 3)
+    results["large_files"] = r
+    return r
+
+
+def large_files_markdown(r: dict) -> list[str]:
+    if not r:
+        return []
+    e = r["embed_estimate_30mb"]
+    return [
+        "",
+        "Large files (`bench/run.py --only large-files`; generated English prose with headings, lists and "
+        "a Chinese line in seven, so langdetect calls it mixed; each file parsed in a fresh process):",
+        "",
+        "| file | MB | parse | MB/s | blocks | peak RSS (after imports) |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *[f"| {name} | {v['mb']} | {v['parse_s']} s | {v['mb_per_s']} | {v['blocks']} | {v['peak_rss_mb']} MB "
+          f"({v['rss_before_parse_mb']} MB) |" for name, v in r.items() if name.startswith("large-")],
+        f"| embedding the 30 MB file's chunks (estimate) | {e['tokens']} tokens, ~{e['chunks']} chunks of "
+        f"{e['chunk_tokens']} tokens at {e['chunks_per_s']} chunks/s | ~{e['embed_s']} s | | | |",
+        "",
+        f"Parsing the 30 MB text file takes {100 * r['parse_share_of_embed_30mb']:.0f} % of the time embedding its "
+        "chunks takes.",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
+    ap.add_argument("--only", choices=["large-files"], help="run one part alone, merged into the results")
+    ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.parse_worker:
+        parse_worker(args.parse_worker, args.before)
+        return
+    if args.only == "large-files":
+        results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
+        large_files(results)
+        (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+        write_markdown(results)
+        print(json.dumps(results["large_files"], indent=2))
+        return
     dataset = Path(args.dataset)
     if not (dataset / "corpus.jsonl").exists():
         sys.exit(f"bench: {dataset} has no corpus.jsonl (pass --dataset)")
@@ -214,6 +345,7 @@ def main() -> None:
         times.append(time.perf_counter() - t)
     results["help_cli_s"] = round(float(np.median(times)), 2)
     results["query_cold_imports_ms"] = import_costs(kbtool, queries[0], store_dir)
+    large_files(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
@@ -273,6 +405,7 @@ def write_markdown(r: dict) -> None:
         "| mode | nDCG@10 | recall@100 | MRR@10 |",
         "| --- | --- | --- | --- |",
         *[f"| {m} | {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" for m, v in r["eval"].items()],
+        *large_files_markdown(r.get("large_files", {})),
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
 

@@ -11,11 +11,15 @@ from kbtool.cli.ingest import ingest as ingest_command
 from kbtool.ingestion import parse
 
 
-def test_the_file_size_limit_is_defined_once():
-    assert parse.MAX_FILE_SIZE == 50 * 2**20
-    assert inspect.signature(parse.parse_file).parameters["max_bytes"].default == parse.MAX_FILE_SIZE
-    mb = inspect.signature(ingest_command).parameters["max_file_size"].default
-    assert mb * 2**20 == parse.MAX_FILE_SIZE
+def test_the_file_size_limits_are_defined_once():
+    """Per type in parse.MAX_SIZE_BY_TYPE; the library and the CLI default to them (None)."""
+    assert parse.MAX_FILE_SIZE == max(parse.MAX_SIZE_BY_TYPE.values()) == 50 * 2**20
+    assert set(parse.MAX_SIZE_BY_TYPE) == set(parse.SUPPORTED.values())
+    assert inspect.signature(parse.parse_file).parameters["max_bytes"].default is None
+    assert inspect.signature(ingest_command).parameters["max_file_size"].default is None
+    from kbtool.ingestion.pipeline import IngestOptions
+
+    assert IngestOptions().max_file_size is None
 
 
 def test_exit_codes_live_in_errors():

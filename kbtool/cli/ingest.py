@@ -5,7 +5,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..ingestion.parse import MAX_FILE_SIZE
+from ..ingestion.parse import size_limits_text
 from . import app
 from ._common import (JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
@@ -22,7 +22,7 @@ def ingest(
     parse_only: Annotated[bool, typer.Option("--parse-only", help="Stop after parsing: do not chunk or index.")] = False,
     keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
-    max_file_size: Annotated[float, typer.Option("--max-file-size", help="Skip files larger than this many MB.")] = MAX_FILE_SIZE / 2**20,
+    max_file_size: Annotated[Optional[float], typer.Option("--max-file-size", help=f"Skip files larger than this many MB, whatever their type (default, per type: {size_limits_text()}).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
     markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
     include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, --8<-- \"path\") resolve against, inside the ingested folder [default: the ingested folder].")] = None,
@@ -50,7 +50,7 @@ def ingest(
     options = IngestOptions(
         include=include or [], exclude=exclude or [], format=format, metadata=parse_pairs(meta, "--meta"),
         parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,
-        max_file_size=int(max_file_size * 2**20), markup_off=markup_off or [],
+        max_file_size=None if max_file_size is None else int(max_file_size * 2**20), markup_off=markup_off or [],
         include_root=str(include_root) if include_root else None, meta_from_path=meta_from_path or [],
     )
     if stemmer is not None:

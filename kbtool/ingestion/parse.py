@@ -9,6 +9,12 @@ unstructured does the parsing. Two deliberate departures, both for offline use:
 - PDF text comes from pypdfium2, page by page, then goes through unstructured's plain-text
   partitioner. ``unstructured[pdf]`` would replace the CPU torch with a multi-GB CUDA build and
   its fast strategy gives no heading depth either.
+
+Big files: unstructured detects each element's language when a document looks mixed (langdetect,
+tens of milliseconds per element: minutes per MB). kbtool never reads ``metadata.languages``, so
+every partitioner gets ``languages=[""]`` (no detection; the blocks are the same). Plain text and
+Markdown over ``PIECE_CHARS`` / ``MARKDOWN_PIECE_CHARS`` are partitioned in pieces cut at paragraph
+(text) or heading (Markdown) boundaries, so memory stays bounded and a caller can see progress inside the file.
 """
 
 from __future__ import annotations
@@ -25,13 +31,39 @@ from pathlib import Path
 from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsing hands these on)
 from ..errors import ParseError
 
-MAX_FILE_SIZE = 50 * 2**20  # bytes: larger files are skipped (ingest's max_file_size, --max-file-size)
-
 SUPPORTED = {
     ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
 }
+# Bytes: larger files are skipped unless ingest's max_file_size (--max-file-size) sets one limit for
+# every type. Plain text and Markdown are parsed in pieces (bench: 30 MB of text in about a minute,
+# well under the time its chunks take to embed); HTML, CSV, DOCX and PDF are parsed in one go.
+MAX_SIZE_BY_TYPE = {"txt": 50 * 2**20, "md": 50 * 2**20, "html": 20 * 2**20, "pdf": 25 * 2**20,
+                    "docx": 20 * 2**20, "csv": 10 * 2**20}
+MAX_FILE_SIZE = max(MAX_SIZE_BY_TYPE.values())
+
+
+def size_limits_text() -> str:
+    """The default limits in words, for help texts: 'md, txt 50 MB; ...'."""
+    by_size: dict[int, list[str]] = {}
+    for kind, size in MAX_SIZE_BY_TYPE.items():
+        by_size.setdefault(size, []).append(kind)
+    return "; ".join(f"{', '.join(sorted(k))} {size // 2**20} MB" for size, k in sorted(by_size.items(), reverse=True))
+
+
+def size_limit(path: Path, max_bytes: int | None = None) -> int:
+    """The size limit for this file: ``max_bytes`` when given, else its type's."""
+    if max_bytes is not None:
+        return max_bytes
+    return MAX_SIZE_BY_TYPE.get(SUPPORTED.get(path.suffix.lower(), ""), MAX_FILE_SIZE)
 TEXT_TYPES = {"md", "txt", "html", "csv"}
+NO_LANGUAGES = [""]  # unstructured: no language detection (kbtool never reads metadata.languages)
+# Plain text and Markdown longer than this are partitioned in pieces of about this size (characters).
+# unstructured's text partitioner is slower per MB on bigger inputs: 100k-character pieces parsed 2 MB
+# of text about 25 % faster than 1M ones. Markdown is cut only when it is really big, since a cut
+# could separate a reference-style link from its definition (its text is kept either way).
+PIECE_CHARS = 100_000
+MARKDOWN_PIECE_CHARS = 1_000_000
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -112,10 +144,12 @@ def _demote_sentences(text: str) -> bool:
     return bool(_SENTENCE_END.search(text)) or len(text.split()) > 12
 
 
-def elements_to_blocks(elements, page: int | None = None, headings_from_markup: bool = True) -> list[Block]:
-    """Map unstructured elements to Blocks, tracking the heading stack for section paths."""
+def elements_to_blocks(elements, page: int | None = None, headings_from_markup: bool = True,
+                       stack: list[str] | None = None) -> list[Block]:
+    """Map unstructured elements to Blocks, tracking the heading stack for section paths (``stack``:
+    the headings in force before these elements, when a document is partitioned in pieces)."""
     blocks: list[Block] = []
-    stack: list[str] = []
+    stack = list(stack or [])
     for el in elements:
         text = (el.text or "").strip()
         if not text:
@@ -152,8 +186,66 @@ class MarkupContext:
     excluded: "object" = None  # rel path -> True when ingest excludes it (includes must not read it)
 
 
+_BLANK_LINE = re.compile(r"\n[ \t\f\v\r]*\n")
+
+
+def _text_cuts(text: str, size: int, per_line: bool = False) -> list[int]:
+    """Offsets that cut plain text into pieces of at least ``size`` characters: inside the next
+    blank line, which no paragraph spans (``per_line``: at the next line end, each line being a
+    paragraph)."""
+    cuts: list[int] = []
+    start = 0
+    while len(text) - start > size:
+        if per_line:
+            at = text.find("\n", start + size)
+        else:
+            m = _BLANK_LINE.search(text, start + size)
+            at = m.start() if m else -1
+        if at < 0 or at + 1 >= len(text):
+            break
+        start = at + 1
+        cuts.append(start)
+    return cuts
+
+
+def _paragraph_grouper(text: str):
+    """The grouper unstructured's ``auto_paragraph_grouper`` would choose for the whole text (from
+    its first 2000 lines): one paragraph per line when under 10 % of them are blank."""
+    from unstructured.cleaners.core import blank_line_grouper, new_line_grouper
+
+    lines = text.split("\n", 2000)[:2000]
+    empty = sum(1 for line in lines if not line.strip())
+    return new_line_grouper if empty / len(lines) < 0.1 else blank_line_grouper
+
+
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_MD_HEADING = re.compile(r"^#{1,6}(?:[ \t]|$)")
+
+
+def _markdown_cuts(lines: list[str], size: int) -> list[int]:
+    """Line numbers that cut Markdown into pieces of about ``size`` characters: at an ATX heading
+    after a blank line, outside code fences (no list, table, paragraph or code block spans one)."""
+    cuts: list[int] = []
+    fence: str | None = None
+    since = 0
+    blank = True
+    for n, line in enumerate(lines):
+        m = _MD_FENCE.match(line)
+        if fence:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip().strip(fence[0]):
+                fence = None
+        elif m:
+            fence = m.group(1)
+        elif since >= size and blank and _MD_HEADING.match(line):
+            cuts.append(n)
+            since = 0
+        since += len(line) + 1
+        blank = not line.strip()
+    return cuts
+
+
 def _partition(filetype: str, data: bytes, name: str, encoding: str | None, markup: MarkupContext | None = None,
-               path: Path | None = None, extra: dict | None = None) -> list[Block]:
+               path: Path | None = None, extra: dict | None = None, progress=None) -> list[Block]:
     _use_blank_spacy()
     if filetype == "md":
         from unstructured.partition.md import partition_md
@@ -169,7 +261,19 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
         if not cleaned.text.strip():
             # Only front matter: its title is what the document says.
             return [Block("title", cleaned.title, [cleaned.title], None, 0, (1, 1))] if cleaned.title else []
-        blocks = elements_to_blocks(partition_md(text=cleaned.text))
+        blocks = []
+        lines = cleaned.text.split("\n")
+        cuts = [0] + _markdown_cuts(lines, MARKDOWN_PIECE_CHARS) + [len(lines)]
+        done = 0
+        for a, b in zip(cuts, cuts[1:]):
+            piece = "\n".join(lines[a:b])
+            piece_blocks = elements_to_blocks(partition_md(text=piece, languages=NO_LANGUAGES),
+                                              stack=blocks[-1].section if blocks else None)
+            locate_lines(piece_blocks, piece, cleaned.line_map[a:b], a)
+            blocks.extend(piece_blocks)
+            done += len(piece) + 1
+            if progress and len(cuts) > 2:
+                progress(min(done, len(cleaned.text)), len(cleaned.text))
         pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
         for b in blocks:
             if b.kind == "title":
@@ -177,31 +281,42 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
                 k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
                 if k is not None:
                     b.anchor = pending.pop(k)[1]
-        locate_lines(blocks, cleaned.text, cleaned.line_map)
         return blocks
     if filetype == "html":
         from unstructured.partition.html import partition_html
 
         source = decode_text(data, name, encoding)
-        blocks = elements_to_blocks(partition_html(text=source))
+        blocks = elements_to_blocks(partition_html(text=source, languages=NO_LANGUAGES))
         locate_lines(blocks, source, None)
         return blocks
     if filetype == "txt":
         from unstructured.partition.text import partition_text
 
         source = decode_text(data, name, encoding)
-        blocks = elements_to_blocks(partition_text(text=source), headings_from_markup=False)
-        locate_lines(blocks, source, None)
+        # Paragraphs are grouped as the whole text says (unstructured decides from its first lines).
+        grouper = _paragraph_grouper(source) if len(source) > PIECE_CHARS else None
+        cuts = [0] + (_text_cuts(source, PIECE_CHARS, grouper.__name__ == "new_line_grouper") if grouper else []) + [len(source)]
+        grouper = {"paragraph_grouper": grouper} if len(cuts) > 2 else {}
+        blocks, line = [], 0
+        for a, b in zip(cuts, cuts[1:]):
+            piece = source[a:b]
+            piece_blocks = elements_to_blocks(partition_text(text=piece, languages=NO_LANGUAGES, **grouper),
+                                              headings_from_markup=False, stack=blocks[-1].section if blocks else None)
+            locate_lines(piece_blocks, piece, None, line)
+            blocks.extend(piece_blocks)
+            line += piece.count("\n")
+            if progress and len(cuts) > 2:
+                progress(b, len(source))
         return blocks
     if filetype == "csv":
         from unstructured.partition.csv import partition_csv
 
         text = decode_text(data, name, encoding)
-        return elements_to_blocks(partition_csv(file=io.BytesIO(text.encode("utf-8"))))
+        return elements_to_blocks(partition_csv(file=io.BytesIO(text.encode("utf-8")), languages=NO_LANGUAGES))
     if filetype == "docx":
         from unstructured.partition.docx import partition_docx
 
-        return elements_to_blocks(partition_docx(file=io.BytesIO(data)))
+        return elements_to_blocks(partition_docx(file=io.BytesIO(data), languages=NO_LANGUAGES))
     if filetype == "pdf":
         return _partition_pdf(data)
     raise ParseError(f"unsupported file type {filetype!r}")
@@ -222,7 +337,7 @@ def _partition_pdf(data: bytes) -> list[Block]:
             text = page.get_textpage().get_text_range().replace("\r\n", "\n").replace("\r", "\n")
             page.close()
             # pdfium gives one line per text line; a blank line separates paragraphs.
-            page_blocks = elements_to_blocks(partition_text(text=text), page=number + 1, headings_from_markup=False)
+            page_blocks = elements_to_blocks(partition_text(text=text, languages=NO_LANGUAGES), page=number + 1, headings_from_markup=False)
             if blocks and page_blocks:
                 # Headings continue across pages.
                 carry = blocks[-1].section
@@ -245,16 +360,20 @@ def title_from(blocks: list[Block], doc_id: str) -> str:
     return re.sub(r"[-_]+", " ", stem).strip() or doc_id
 
 
-def read_file(path: Path, max_bytes: int) -> tuple[bytes, float]:
-    """A regular file's bytes and mtime, or ParseError (too large, unreadable, not a regular file)."""
+def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
+    """A regular file's bytes and mtime, or ParseError (too large, unreadable, not a regular file).
+    ``max_bytes``: one limit for every type (None: the type's, MAX_SIZE_BY_TYPE)."""
     import stat as st
 
     try:
         info = path.stat()
         if not st.S_ISREG(info.st_mode):
             raise ParseError("not a regular file")
-        if info.st_size > max_bytes:
-            raise ParseError(f"{info.st_size} bytes is larger than max_file_size {max_bytes} (CLI: --max-file-size, in MB)")
+        limit = size_limit(path, max_bytes)
+        if info.st_size > limit:
+            kind = "the limit set" if max_bytes is not None else f"the limit for {SUPPORTED.get(path.suffix.lower(), 'these')} files"
+            raise ParseError(f"{info.st_size / 2**20:.1f} MB ({info.st_size} bytes) is over {kind}, "
+                             f"{limit / 2**20:g} MB: raise it with max_file_size (CLI: --max-file-size MB)")
         return path.read_bytes(), info.st_mtime
     except OSError as exc:
         raise ParseError(f"cannot read: {exc.strerror or exc}") from None
@@ -263,10 +382,10 @@ def read_file(path: Path, max_bytes: int) -> tuple[bytes, float]:
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> None:
+def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, line_offset: int = 0) -> None:
     """Give each block the source lines it came from, by finding its words, in order, in the text
     it was parsed from (rendering drops markup, so exact offsets are not kept). ``line_map`` maps
-    lines of ``text`` to lines of the source file (None: the same)."""
+    lines of ``text`` to lines of the source file (None: the same, after ``line_offset`` lines)."""
     words: list[str] = []
     word_line: list[int] = []
     for n, line in enumerate(text.split("\n")):
@@ -290,7 +409,7 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
 
     def source_line(pos: int) -> int:
         n = word_line[pos]
-        return (line_map[n] if line_map and n < len(line_map) else n + 1)
+        return (line_map[n] if line_map and n < len(line_map) else n + 1 + line_offset)
 
     starts: list[tuple[Block, int, list[str]]] = []
     cursor = 0
@@ -314,10 +433,12 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None) -> 
         b.lines = (source_line(first), max(source_line(first), source_line(end)))
 
 
-def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int = MAX_FILE_SIZE,
+def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int | None = None,
                data: bytes | None = None, mtime: float | None = None,
-               markup: MarkupContext | None = None) -> ParsedDocument:
-    """Parse one file (or its already-read bytes); raises ParseError with a one-line reason."""
+               markup: MarkupContext | None = None, progress=None) -> ParsedDocument:
+    """Parse one file (or its already-read bytes); raises ParseError with a one-line reason.
+    ``progress(done, total)`` is called as the pieces of a big text or Markdown file are parsed
+    (characters of the decoded text)."""
     filetype = SUPPORTED.get(path.suffix.lower())
     if filetype is None:
         raise ParseError(f"unsupported file type {path.suffix!r}")
@@ -327,7 +448,7 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         raise ParseError("empty file")
     extra: dict = {}
     try:
-        blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra)
+        blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra, progress)
     except ParseError:
         raise
     except Exception as exc:  # unstructured and friends raise anything on corrupt input

@@ -18,10 +18,28 @@ from ..errors import InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
-from .parse import MAX_FILE_SIZE, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
 
-# progress(stage, advance, total): stage is "parsing", "chunking" or "embedding".
+# progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
+# PROGRESS_INSIDE bytes or more, "parsing DOC_ID (MB)" counting its megabytes as they are parsed.
 Progress = Callable[[str, int, int], None]
+PROGRESS_INSIDE = 4 * 2**20
+
+
+def _inside_file(progress: Progress | None, doc_id: str, size: int):
+    """A parse_file progress(done, total) callback that reports a big file's megabytes, or None."""
+    if progress is None or size < PROGRESS_INSIDE:
+        return None
+    stage, total, said = f"parsing {doc_id} (MB)", max(1, round(size / 2**20)), [0]
+    progress(stage, 0, total)
+
+    def update(done: int, of: int) -> None:
+        mb = min(total, total * done // of) if of > 0 else total
+        if mb > said[0]:
+            progress(stage, mb - said[0], total)
+            said[0] = mb
+
+    return update
 
 
 @dataclass
@@ -33,7 +51,7 @@ class IngestOptions:
     parse_only: bool = False
     keep_missing: bool = False
     encoding: str | None = None
-    max_file_size: int = MAX_FILE_SIZE
+    max_file_size: int | None = None  # bytes, one limit for every type; None: per type (parse.MAX_SIZE_BY_TYPE)
     markup_off: list[str] = field(default_factory=list)  # Markdown clean-up rules switched off
     include_root: str | None = None  # where include directives resolve (default: the ingest root)
     meta_from_path: list[str] = field(default_factory=list)  # e.g. "docs/{lang}/**"
@@ -157,7 +175,7 @@ def _validate(options: IngestOptions) -> None:
             codecs.lookup(options.encoding)
         except LookupError:
             raise UsageError(f"unknown encoding {options.encoding!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
-    if options.max_file_size <= 0:
+    if options.max_file_size is not None and options.max_file_size <= 0:
         raise UsageError("max_file_size must be positive")
     from .markup import MarkupRules
 
@@ -276,7 +294,7 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
         for src in sources:
             seen.add(src.doc_id)
             try:
-                status = _ingest_one(store, src, root, known, meta_json, opts_json, options, report)
+                status = _ingest_one(store, src, root, known, meta_json, opts_json, options, report, progress)
             except ParseError as exc:
                 entry = {"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)}
                 if src.doc_id in known and known[src.doc_id][0] == root:
@@ -318,7 +336,7 @@ def _root_for(path: Path, roots: set[str]) -> Path | None:
 
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
-                options: IngestOptions, report: IngestReport | None = None) -> str:
+                options: IngestOptions, report: IngestReport | None = None, progress: Progress | None = None) -> str:
     prev = known.get(src.doc_id)
     if prev and prev[0] != root:
         if not Path(prev[0]).is_relative_to(Path(root)):
@@ -346,10 +364,14 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
 
         ingest_root = Path(root)
         include_root = Path(options.include_root).resolve() if options.include_root else ingest_root
+        inside = _inside_file(progress, src.doc_id, len(data))
         doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size,
                          data=data, mtime=mtime,
                          markup=MarkupContext(MarkupRules.parse(options.markup_off), ingest_root, include_root,
-                                              lambda rel: any(fnmatch.fnmatch(rel, p) for p in options.exclude)))
+                                              lambda rel: any(fnmatch.fnmatch(rel, p) for p in options.exclude)),
+                         progress=inside)
+        if inside:
+            inside(1, 1)  # formats parsed in one go (HTML, PDF, DOCX) finish their bar here
         if report is not None:
             for k, v in doc.markup_stats.items():
                 report.markup[k] = report.markup.get(k, 0) + v
