@@ -101,7 +101,12 @@ def eval_(
 
     qs = load_questions(questions, qrels=qrels, split=split)
     kb = open_store(store)
-    lint_against_store(qs, kb)
+    from ..query.pipeline import visible_documents
+
+    # A restricted caller's lint sees only its documents: any other reads as one the store lacks.
+    seen = [visible_documents(kb, c, principal, allow) for c in ([base] if base is not None else contracts.values())]
+    seen = [v for v in seen if v is not None]
+    lint_against_store(qs, kb, set.intersection(*seen) if seen else None)
     fatal = [i for i in qs.issues if i.fatal or strict]
     if fatal:
         raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")

@@ -115,6 +115,31 @@ def access_tags(contract, principal: str | None, allow: Sequence[str] | None) ->
     return tags
 
 
+def _visibility(contract, tags: set[str] | None) -> Callable[[dict], bool]:
+    """Whether a chunk's metadata is visible to a caller holding ``tags`` (None: everything)."""
+    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
+
+    def visible(meta: dict) -> bool:
+        if tags is None:
+            return True
+        have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
+        return bool(have & tags) if have else untagged_visible
+
+    return visible
+
+
+def visible_documents(store, contract, principal: str | None = None,
+                      allow: Sequence[str] | None = None) -> set[str] | None:
+    """The documents a caller may see (None: every document). Access only, no filters: what lint,
+    counts and fingerprints may speak of. A document without chunks is invisible to a restricted
+    caller (its access tags live on its chunks)."""
+    tags = access_tags(contract, principal, allow)
+    if tags is None:
+        return None
+    visible = _visibility(contract, tags)
+    return {doc_id for _, doc_id, meta in store.chunk_metadata() if visible(meta)}
+
+
 def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
           allow: Sequence[str] | None = None) -> Scope:
     specs = list(contract.retrieve.filters) + list(filters or [])
@@ -124,14 +149,7 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
         raise UsageError(str(exc)) from None
     fields = contract.data.metadata
     tags = access_tags(contract, principal, allow)
-    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
-
-    def visible(meta: dict) -> bool:
-        if tags is None:
-            return True
-        have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
-        return bool(have & tags) if have else untagged_visible
-
+    visible = _visibility(contract, tags)
     if tags is None:
         known = store.metadata_keys() | set(fields)
     else:  # a restricted caller learns no metadata key only forbidden documents carry
