@@ -100,3 +100,57 @@ def test_lint_against_store_sees_only_the_visible_documents(kb, tmp_path):
         qs = load_questions(q)
         lint_against_store(qs, kb, visible)
         assert len(qs.issues) == 1 and says in str(qs.issues[0])
+
+
+# ---- BM25 statistics: only permitted chunks count ---------------------------------------------
+def _output(answer) -> dict:
+    out = answer.to_dict(with_trace=True)
+    out["trace"].pop("timings_ms", None)
+    return out
+
+
+def test_bm25_scores_and_confidence_of_a_restricted_caller_ignore_hidden_chunks(kb, kb_public, fake_embedder):
+    from kbtool.query.pipeline import retrieve
+
+    c = contract("access.principals={guest: [public], cfo: [finance]}")
+    for q in ("revenue report", "merger timeline", "storage quota revenue", "What is the merger valued at?"):
+        for method in ("bm25", "weighted", "rrf"):
+            cm = contract("access.principals={guest: [public], cfo: [finance]}", f"retrieve.fusion.method={method}")
+            guest = retrieve(kb, cm, q, embedder=fake_embedder, principal="guest", top_k=10)
+            alone = retrieve(kb_public, cm, q, embedder=fake_embedder, top_k=10)
+            assert _output(guest) == _output(alone), (q, method)
+    # unrestricted callers keep the stored scores: the secret document's words lower public IDF
+    everyone = retrieve(kb, c, "revenue report", embedder=fake_embedder, top_k=10)
+    guest = retrieve(kb, c, "revenue report", embedder=fake_embedder, principal="guest", top_k=10)
+    score = {h.chunk_id: h.bm25_score for h in everyone.hits}
+    assert any(score[h.chunk_id] != h.bm25_score for h in guest.hits)
+
+
+def test_scoped_bm25_equals_an_index_of_the_visible_rows_alone(tmp_path):
+    import random
+
+    import numpy as np
+
+    from kbtool.store.bm25 import BM25Index
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(40)]
+    for trial in range(5):
+        docs = [[rng.choice(words[: rng.randint(3, 40)]) for _ in range(rng.randint(0, 30))] for _ in range(30)]
+        ids = [f"c{i:02d}" for i in range(len(docs))]
+        visible = [i for i in range(len(docs)) if rng.random() < 0.5] or [0]
+        BM25Index.build(tmp_path / f"all{trial}", ids, docs, {})
+        BM25Index.build(tmp_path / f"sub{trial}", [ids[i] for i in visible], [docs[i] for i in visible], {})
+        full, sub = BM25Index.load(tmp_path / f"all{trial}"), BM25Index.load(tmp_path / f"sub{trial}")
+        scoped = full.scoped(full.mask({ids[i] for i in visible}))
+        for _ in range(20):
+            q = [rng.choice(words) for _ in range(rng.randint(1, 5))]
+            a, b = full.scores(q, full.mask({ids[i] for i in visible}), scoped), sub.scores(q)
+            assert [a[i] for i in visible] == list(b)  # bit for bit
+            assert full.bound(q, full.mask({ids[i] for i in visible}), scoped) == sub.bound(q)
+        before = full.scores(words[:5], None, scoped)
+        (tmp_path / f"all{trial}" / "raw_postings.npz").unlink()  # an index saved before raw postings
+        old = BM25Index.load(tmp_path / f"all{trial}")
+        assert not old.has_raw()
+        old.set_raw(docs)  # rebuilt from the tokens: the same numbers
+        assert np.array_equal(old.scores(words[:5], None, old.scoped(old.mask({ids[i] for i in visible}))), before)

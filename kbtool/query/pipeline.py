@@ -97,6 +97,7 @@ class Scope:
     allowed_docs: list[str] | None
     extra_dense: int = 0  # chunks of allowed documents the filters exclude
     warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
+    visible: set[str] | None = None  # chunk ids access permits (None: every chunk): BM25 statistics count these only
 
 
 def access_tags(contract, principal: str | None, allow: Sequence[str] | None) -> set[str] | None:
@@ -162,13 +163,14 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
             raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
     if not parsed and tags is None:
         return Scope(specs, None, None)
-    allowed, docs = set(), set()
+    allowed, docs, seen_chunks = set(), set(), set()
     doc_chunks: dict[str, int] = {}
     hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
     for chunk_id, doc_id, meta in store.chunk_metadata():
         doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + 1
         if not visible(meta):
             continue
+        seen_chunks.add(chunk_id)
         ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
         for i, matched in enumerate(ok):
             hit_by[i] += matched
@@ -186,7 +188,7 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
     # are dropped after the search, so the dense search must look that much deeper.
     extra = sum(doc_chunks[d] for d in docs) - len(allowed)
-    return Scope(specs, allowed, sorted(docs), extra, warnings)
+    return Scope(specs, allowed, sorted(docs), extra, warnings, None if tags is None else seen_chunks)
 
 
 def _no_match(f, seen: dict[str, int]) -> str:
@@ -217,6 +219,7 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
     return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
                            allowed_docs=sc.allowed_docs, extra_dense=sc.extra_dense, fill_missing=contract.retrieve.fusion.fill_missing,
+                           visible=sc.visible,
                            progress=progress)
 
 
