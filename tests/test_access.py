@@ -154,3 +154,97 @@ def test_scoped_bm25_equals_an_index_of_the_visible_rows_alone(tmp_path):
         assert not old.has_raw()
         old.set_raw(docs)  # rebuilt from the tokens: the same numbers
         assert np.array_equal(old.scores(words[:5], None, old.scoped(old.mask({ids[i] for i in visible}))), before)
+
+
+# ---- the property: a restricted caller sees a store that never held the hidden documents --------
+WORDS = ("merger revenue quota upload storage invoice payroll region timeline agent network proxy "
+         "certificate license refund ledger audit folder sync conflict backup").split()
+GROUPS = ("", "a", "b", "a,b")  # access tag of each folder ("" untagged)
+
+
+def _corpus(seed: int) -> dict[str, dict[str, str]]:
+    """Folder tag -> {file name: Markdown}: small documents sharing words across groups."""
+    import random
+
+    rng = random.Random(seed)
+    out: dict[str, dict[str, str]] = {}
+    for g, tag in enumerate(GROUPS):
+        docs = {}
+        for d in range(rng.randint(1, 3)):
+            sections = []
+            for s in range(rng.randint(1, 2)):
+                words = [rng.choice(WORDS[: rng.randint(6, len(WORDS))]) for _ in range(rng.randint(4, 18))]
+                sections.append(f"## {rng.choice(WORDS).title()} {s}\n\n{' '.join(words).capitalize()}.\n")
+            docs[f"g{g}d{d}.md"] = f"# Doc {g}-{d}\n\n" + "\n".join(sections)
+        out[tag] = docs
+    return out
+
+
+def _ingest_groups(path, fake_embedder, corpus: dict, tags) -> Store:
+    store = Store.open(path / "kb", create=True, model=fake_embedder.spec)
+    for tag in tags:
+        folder = path / f"src-{tag or 'untagged'}"
+        for name, text in corpus[tag].items():
+            write(folder / name, text)
+        opts = IngestOptions(metadata={"access": tag} if tag else {})
+        assert not ingest(store, [folder], opts, embedder=fake_embedder).failed
+    return store
+
+
+@pytest.fixture(scope="module")
+def store_pairs(tmp_path_factory, fake_embedder):
+    """Two random corpora, each in a store holding all groups; stores holding only the groups a
+    caller may see are built on first use (keyed by corpus and visible groups)."""
+    full, made = {}, {}
+    for seed in (1, 2):
+        corpus = _corpus(seed)
+        full[seed] = (corpus, _ingest_groups(tmp_path_factory.mktemp(f"full{seed}"), fake_embedder, corpus, GROUPS))
+
+    def reference(seed: int, groups: tuple) -> Store:
+        if (seed, groups) not in made:
+            made[seed, groups] = _ingest_groups(tmp_path_factory.mktemp(f"ref{seed}"), fake_embedder,
+                                                full[seed][0], groups)
+        return made[seed, groups]
+
+    return full, reference
+
+
+CALLERS = {"pa": ["a"], "pb": ["b"], "pab": ["a", "b"], "nobody": ["zzz"]}
+
+
+def _visible_groups(tags: set[str], untagged: str) -> tuple:
+    return tuple(g for g in GROUPS if (set(g.split(",")) & tags if g else untagged == "visible"))
+
+
+def test_property_a_restricted_caller_sees_only_a_store_without_the_hidden_documents(store_pairs, fake_embedder):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from kbtool.query.pipeline import retrieve
+
+    full, reference = store_pairs
+
+    @settings(max_examples=40, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(seed=st.sampled_from([1, 2]),
+           caller=st.one_of(st.sampled_from(sorted(CALLERS)).map(lambda p: ("principal", p)),
+                            st.lists(st.sampled_from(["a", "b", "zzz"]), min_size=1, max_size=2).map(lambda t: ("allow", t))),
+           untagged=st.sampled_from(["visible", "hidden"]),
+           method=st.sampled_from(["weighted", "rrf", "bm25", "dense"]),
+           words=st.lists(st.sampled_from(WORDS + ["zorblax", "TW-E1234", "region"]), min_size=1, max_size=5),
+           top_k=st.integers(1, 6))
+    def check(seed, caller, untagged, method, words, top_k):
+        c = contract(f"access.principals={json.dumps(CALLERS)}", f"access.untagged={untagged}",
+                     f"retrieve.fusion.method={method}", "decide.thresholds.answer=0.99")
+        kind, who = caller
+        kw = {"principal": who} if kind == "principal" else {"allow": who}
+        tags = set(CALLERS[who]) if kind == "principal" else set(who)
+        groups = _visible_groups(tags, untagged)
+        if len(groups) in (0, len(GROUPS)):
+            return  # nothing hidden, or nothing visible: no store to compare with
+        q = " ".join(words)
+        got = retrieve(full[seed][1], c, q, embedder=fake_embedder, top_k=top_k, **kw)
+        want = retrieve(reference(seed, groups), c, q, embedder=fake_embedder, top_k=top_k, **kw)
+        assert _output(got) == _output(want)
+
+    check()
