@@ -248,3 +248,43 @@ def test_property_a_restricted_caller_sees_only_a_store_without_the_hidden_docum
         assert _output(got) == _output(want)
 
     check()
+
+
+# ---- counts: status and the calibration appendix ------------------------------------------------
+def test_status_counts_only_what_a_restricted_caller_may_read(kb, tmp_path):
+    c = _contract_file(tmp_path)
+    base = ["status", "--store", str(kb.path), "--contract", str(c), "--json"]
+    everyone = json.loads(runner.invoke(app, base).stdout)
+    assert everyone["documents"] == 3 and "access" not in everyone
+    for who in (["--principal", "guest"], ["--allow", "public"]):
+        r = runner.invoke(app, base + who)
+        guest = json.loads(r.stdout)
+        assert guest["documents"] == 2 and guest["chunks"] == 2 and guest["access"] == ["public"]
+        assert guest["documents_by_type"] is None and guest["disk_bytes"] is None and guest["last_ingest"] is None
+    assert json.loads(runner.invoke(app, base + ["--principal", "cfo"]).stdout)["documents"] == 3
+    r = runner.invoke(app, ["status", "--store", str(kb.path), "--contract", str(c), "--principal", "guest"])
+    assert r.exit_code == 0 and "access" in r.stdout and "disk" not in r.stdout
+    strict = write(tmp_path / "s.yaml", dump_yaml(contract("access.require_principal=true")))
+    r = runner.invoke(app, ["status", "--store", str(kb.path), "--contract", str(strict)])
+    assert r.exit_code == 1 and "requires a principal" in r.stderr
+
+
+def test_calibration_appendix_counts_are_the_callers_and_compared_only_in_the_same_scope(kb, kb_public):
+    from kbtool.evaluation.provenance import calibration_warnings, store_fingerprint, visible_appendix
+    from kbtool.evaluation.questions import QuestionSet
+
+    c = contract("access.principals={guest: [public], cfo: [finance]}")
+    whole, guest = store_fingerprint(kb), store_fingerprint(kb, c, "guest")
+    assert (whole["documents"], whole["chunks"], "access" in whole) == (3, 3, False)
+    assert (guest["documents"], guest["chunks"], guest["access"]) == (2, 2, ["public"])
+    # what a guest sees of the store equals a store without the secret document
+    assert {k: v for k, v in guest.items() if k != "access"} == store_fingerprint(kb_public)
+    qs = QuestionSet(name="q", questions=[], issues=[])
+    cal_whole = c.model_copy(update={"calibration": {"store": whole}})
+    cal_guest = c.model_copy(update={"calibration": {"store": guest}})
+    assert calibration_warnings(cal_whole, kb, qs) == [] and calibration_warnings(cal_guest, kb, qs, "guest") == []
+    assert calibration_warnings(cal_whole, kb, qs, "guest") == []  # totals are never compared with a guest's counts
+    shown = visible_appendix(cal_whole.calibration, c, "guest")["store"]
+    assert "documents" not in shown and "chunks" not in shown and shown["model"] == whole["model"]
+    assert visible_appendix(cal_guest.calibration, c, "guest")["store"] == guest
+    assert visible_appendix(cal_whole.calibration, c)["store"] == whole

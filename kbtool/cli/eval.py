@@ -113,9 +113,9 @@ def eval_(
     gates = prepare_gates(fail_under or [], config, qs)
     if fail_under_recorded is not None and (base is None or "contract" not in config.modes):
         raise UsageError("--fail-under-recorded needs one contract and the contract mode")
-    from ..evaluation.provenance import calibration_warnings
+    from ..evaluation.provenance import calibration_warnings, visible_appendix
 
-    for warning in calibration_warnings(base, kb, qs) if base is not None else []:
+    for warning in calibration_warnings(base, kb, qs, principal, allow) if base is not None else []:
         err.print(f"[yellow]warning[/] {escape(warning)}", highlight=False)
     for issue in qs.issues[:20]:
         err.print(f"[yellow]warning[/] {escape(str(issue))}", highlight=False)
@@ -134,8 +134,9 @@ def eval_(
             err.print(f"[yellow]warning[/] {escape(mode)} returned nothing for {empty} of {len(report.results)} "
                       "questions: check --filter and that the store holds the documents", highlight=False)
     if base is not None and base.calibration:
-        report.calibration = {"contract_version": base.contract_version, "appendix": base.calibration,
-                              "warnings": calibration_warnings(base, kb, qs)}
+        report.calibration = {"contract_version": base.contract_version,
+                              "appendix": visible_appendix(base.calibration, base, principal, allow),
+                              "warnings": calibration_warnings(base, kb, qs, principal, allow)}
     gates_ok = check_gates(report, gates)
     if fail_under_recorded is not None:
         rec = recorded_gate(base, report, fail_under_recorded)

@@ -141,6 +141,26 @@ def visible_documents(store, contract, principal: str | None = None,
     return {doc_id for _, doc_id, meta in store.chunk_metadata() if visible(meta)}
 
 
+# Status fields that describe every document, whoever may read it: a restricted caller gets None.
+_WHOLE_STORE = ("documents_by_type", "chunk_tokens_avg", "chunk_tokens_max", "chunks_over_model_limit",
+                "disk_bytes", "last_ingest")
+
+
+def restricted_status(store, contract, principal: str | None = None, allow: Sequence[str] | None = None) -> dict:
+    """``store.status()`` as a caller may see it: unrestricted, all of it; restricted (or required
+    to be, ``access.require_principal``), documents and chunks it may read, ``access`` its tags,
+    and None for what describes the whole store (types, token sizes, disk use, last ingest)."""
+    tags = access_tags(contract, principal, allow)
+    info = store.status()
+    if tags is None:
+        return info
+    docs = visible_documents(store, contract, principal, allow) or set()
+    info.update({k: None for k in _WHOLE_STORE})
+    info.update(documents=len(docs), chunks=sum(1 for _, d, _ in store.chunk_metadata() if d in docs),
+                access=sorted(tags))
+    return info
+
+
 def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
           allow: Sequence[str] | None = None) -> Scope:
     specs = list(contract.retrieve.filters) + list(filters or [])
