@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.contract import dump_yaml, load_contract
+from kbtool.errors import StoreError
 from kbtool.ingestion.pipeline import IngestOptions, ingest
 from kbtool.store import Store
 
@@ -154,6 +155,9 @@ def test_scoped_bm25_equals_an_index_of_the_visible_rows_alone(tmp_path):
         assert not old.has_raw()
         old.set_raw(docs)  # rebuilt from the tokens: the same numbers
         assert np.array_equal(old.scores(words[:5], None, old.scoped(old.mask({ids[i] for i in visible}))), before)
+    (tmp_path / "all0" / "raw_postings.npz").write_bytes(b"not numpy")
+    with pytest.raises(StoreError, match="kbtool index"):
+        BM25Index.load(tmp_path / "all0").raw()
 
 
 # ---- the property: a restricted caller sees a store that never held the hidden documents --------
