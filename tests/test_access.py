@@ -81,6 +81,7 @@ def test_eval_lint_as_a_principal_treats_restricted_documents_as_absent(kb, tmp_
         # each restricted label reads exactly as the invented one: no existence or content oracle
         assert len(lint[who[0]]) == 3 and all("which the store does not hold" in m for m in lint[who[0]])
         assert "does not occur" not in r.stderr + r.stdout
+        assert json.loads(r.stdout)["store"]["generation"] is None  # counts hidden documents' changes too
     r = runner.invoke(app, args + ["--principal", "cfo"])
     cfo = json.loads(r.stdout)["lint"]
     assert len(cfo) == 2 and any("43 million" in m for m in cfo) and any("invented.md" in m for m in cfo)
