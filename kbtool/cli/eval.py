@@ -101,16 +101,21 @@ def eval_(
 
     qs = load_questions(questions, qrels=qrels, split=split)
     kb = open_store(store)
-    lint_against_store(qs, kb)
+    from ..query.pipeline import visible_documents
+
+    # A restricted caller's lint sees only its documents: any other reads as one the store lacks.
+    seen = [visible_documents(kb, c, principal, allow) for c in ([base] if base is not None else contracts.values())]
+    seen = [v for v in seen if v is not None]
+    lint_against_store(qs, kb, set.intersection(*seen) if seen else None)
     fatal = [i for i in qs.issues if i.fatal or strict]
     if fatal:
         raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
     gates = prepare_gates(fail_under or [], config, qs)
     if fail_under_recorded is not None and (base is None or "contract" not in config.modes):
         raise UsageError("--fail-under-recorded needs one contract and the contract mode")
-    from ..evaluation.provenance import calibration_warnings
+    from ..evaluation.provenance import calibration_warnings, visible_appendix
 
-    for warning in calibration_warnings(base, kb, qs) if base is not None else []:
+    for warning in calibration_warnings(base, kb, qs, principal, allow) if base is not None else []:
         err.print(f"[yellow]warning[/] {escape(warning)}", highlight=False)
     for issue in qs.issues[:20]:
         err.print(f"[yellow]warning[/] {escape(str(issue))}", highlight=False)
@@ -129,8 +134,9 @@ def eval_(
             err.print(f"[yellow]warning[/] {escape(mode)} returned nothing for {empty} of {len(report.results)} "
                       "questions: check --filter and that the store holds the documents", highlight=False)
     if base is not None and base.calibration:
-        report.calibration = {"contract_version": base.contract_version, "appendix": base.calibration,
-                              "warnings": calibration_warnings(base, kb, qs)}
+        report.calibration = {"contract_version": base.contract_version,
+                              "appendix": visible_appendix(base.calibration, base, principal, allow),
+                              "warnings": calibration_warnings(base, kb, qs, principal, allow)}
     gates_ok = check_gates(report, gates)
     if fail_under_recorded is not None:
         rec = recorded_gate(base, report, fail_under_recorded)

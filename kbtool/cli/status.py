@@ -1,14 +1,30 @@
 from __future__ import annotations
 
+from typing import Annotated, List, Optional
+
+import typer
+
 from . import app
-from ._common import JsonOpt, StoreOpt, handle_errors, open_store, out, print_json
+from ._common import ContractOpt, JsonOpt, StoreOpt, handle_errors, load_contract_opt, open_store, out, print_json
 
 
 @app.command()
 @handle_errors
-def status(store: StoreOpt = None, json_: JsonOpt = False):
-    """What the store holds: documents, chunks, model, sizes, last ingest."""
-    info = open_store(store).status()
+def status(
+    store: StoreOpt = None,
+    json_: JsonOpt = False,
+    principal: Annotated[Optional[str], typer.Option("--principal", help="Count only what this principal (access.principals) may read.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Count only documents with this permission tag (repeatable).")] = None,
+    contract: ContractOpt = None,
+):
+    """What the store holds: documents, chunks, model, sizes, last ingest.
+
+    With --principal/--allow (required when the contract says access.require_principal), counts
+    only what that caller may read and leaves out what describes the whole store."""
+    from ..query.pipeline import restricted_status
+
+    kb = open_store(store)
+    info = restricted_status(kb, load_contract_opt(contract, []), principal, allow)
     if json_:
         print_json(info)
         return
@@ -18,11 +34,13 @@ def status(store: StoreOpt = None, json_: JsonOpt = False):
     table.add_column(style="bold")
     table.add_column()
     emb = info["embedding"]
+    restricted = info.get("access") is not None
     rows = [
         ("store", f"{info['store']} (format {info['format_version']}, kbtool {info['kbtool_version']})"),
-        ("documents", f"{info['documents']}  " + ", ".join(f"{k}: {v}" for k, v in info["documents_by_type"].items())),
-        ("chunks", f"{info['chunks']}  (avg {info['chunk_tokens_avg']} tokens, max {info['chunk_tokens_max']}, "
-                   f"{info['chunks_over_model_limit']} over the model limit)"),
+        *([("access", f"counts of what tags {', '.join(info['access']) or '(none)'} may read")] if restricted else []),
+        ("documents", f"{info['documents']}  " + ", ".join(f"{k}: {v}" for k, v in (info["documents_by_type"] or {}).items())),
+        ("chunks", f"{info['chunks']}" + ("" if restricted else f"  (avg {info['chunk_tokens_avg']} tokens, max {info['chunk_tokens_max']}, "
+                   f"{info['chunks_over_model_limit']} over the model limit)")),
         ("model", f"{emb['model']}  ({emb['dim'] or '?'}-d, {emb['max_tokens'] or '?'} tokens"
                   + (f", {emb['url']}" if emb.get("url") else "")
                   + (f", prefixes {emb.get('query_prefix')!r}/{emb.get('passage_prefix')!r}"
@@ -33,8 +51,8 @@ def status(store: StoreOpt = None, json_: JsonOpt = False):
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),
         ("indexes", "current" if info["indexes_current"] else "behind the catalog: run `kbtool index`"),
-        ("last ingest", str(info["last_ingest"])),
-        ("disk", f"{info['disk_bytes'] / 2**20:.1f} MiB"),
+        *([] if restricted else [("last ingest", str(info["last_ingest"])),
+                                 ("disk", f"{info['disk_bytes'] / 2**20:.1f} MiB")]),
     ]
     for k, v in rows:
         table.add_row(k, v)

@@ -353,7 +353,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
     )
     t2 = time.perf_counter()
-    result.appendix = _appendix(result, store, qs, source)
+    result.appendix = _appendix(result, store, qs, source, store_fingerprint(store, contract, principal, allow))
     # The full pipeline with the calibrated contract, retrieving again, on the whole set: the
     # numbers `eval --fail-under-recorded` holds CI to.
     from .evaluate import EvalConfig, evaluate
@@ -507,12 +507,12 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
     return {"default": default, "tiers": tiers, "overall": overall}, table, notes
 
 
-def _appendix(result: CalibrationResult, store, qs, source: str) -> dict:
+def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: dict) -> dict:
     return {
         "date": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         "kbtool_version": __version__,
         "question_set": question_set_record(qs, source),
-        "store": store_fingerprint(store),
+        "store": fingerprint,  # counts as the calibrating caller sees the store
         "objective": result.objective, "folds": result.folds, "seed": result.seed,
         "heldout": result.heldout, "adopted": result.adopted,
         "thresholds": result.thresholds,

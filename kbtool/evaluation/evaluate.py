@@ -262,13 +262,18 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
                 hits[0].doc_id if hits else None,
             )
         results.append(QuestionResult(q, level, modes))
-    return EvalReport(qs, config, results, _store_info(store), source=source)
+    from ..query.pipeline import access_tags
+
+    restricted = access_tags(base, principal, allow) is not None
+    return EvalReport(qs, config, results, _store_info(store, restricted), source=source)
 
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 6)
 
 
-def _store_info(store) -> dict:
+def _store_info(store, restricted: bool = False) -> dict:
+    """The store a run scored; its catalog generation (which counts every change, hidden documents'
+    too) only for an unrestricted caller."""
     return {"path": str(store.path), "model": store.model_id, "chunking": store.manifest.get("chunking"),
-            "generation": store.generation()}
+            "generation": None if restricted else store.generation()}

@@ -48,14 +48,35 @@ def question_set_changed(record: dict, qs) -> bool:
     return bool(recorded) and recorded != questions_fingerprint(qs)
 
 
-def store_fingerprint(store) -> dict:
-    info = store.status()
-    return {"model": store.model_id, "chunking": store.manifest.get("chunking"),
-            "analyzer": info.get("analyzer"), "documents": info["documents"], "chunks": info["chunks"]}
+def store_fingerprint(store, contract=None, principal: str | None = None, allow=None) -> dict:
+    """What a calibration was computed on. For a restricted caller (``principal``/``allow`` under
+    ``contract``'s access clause) the document and chunk counts are those it may see, and
+    ``access`` records its tags, so counts are only ever compared within the same scope."""
+    from ..query.pipeline import restricted_status
+
+    info = store.status() if contract is None else restricted_status(store, contract, principal, allow)
+    out = {"model": store.model_id, "chunking": store.manifest.get("chunking"),
+           "analyzer": info.get("analyzer"), "documents": info["documents"], "chunks": info["chunks"]}
+    if info.get("access") is not None:
+        out["access"] = info["access"]
+    return out
 
 
-def calibration_warnings(contract, store, qs) -> list[str]:
-    """Why the contract's calibration may not hold for this store or question set (empty: it does)."""
+def visible_appendix(appendix: dict, contract, principal: str | None = None, allow=None) -> dict:
+    """The calibration appendix as a caller may see it: a restricted caller gets the store counts
+    only when they were recorded under its own tags."""
+    from ..query.pipeline import access_tags
+
+    tags = access_tags(contract, principal, allow)
+    store = appendix.get("store") or {}
+    if tags is None or store.get("access") == sorted(tags):
+        return appendix
+    return {**appendix, "store": {k: v for k, v in store.items() if k not in ("documents", "chunks")}}
+
+
+def calibration_warnings(contract, store, qs, principal: str | None = None, allow=None) -> list[str]:
+    """Why the contract's calibration may not hold for this store or question set (empty: it does).
+    Document and chunk counts are compared only when recorded under the caller's own access scope."""
     cal = contract.calibration
     if not cal:
         return []
@@ -64,8 +85,9 @@ def calibration_warnings(contract, store, qs) -> list[str]:
     if question_set_changed(record, qs):
         out.append("the question set differs from the one the contract was calibrated on "
                    f"({record.get('path') or 'unknown'}): recalibrate with `kbtool calibrate`")
-    then, now = cal.get("store") or {}, store_fingerprint(store)
-    changed = [k for k in STORE_KEYS if k in then and then[k] != now[k]]
+    then, now = cal.get("store") or {}, store_fingerprint(store, contract, principal, allow)
+    keys = STORE_KEYS if then.get("access") == now.get("access") else [k for k in STORE_KEYS if k not in ("documents", "chunks")]
+    changed = [k for k in keys if k in then and then[k] != now[k]]
     if changed:
         out.append(f"the store changed since calibration ({', '.join(changed)}): recalibrate with `kbtool calibrate`")
     return out

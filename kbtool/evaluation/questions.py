@@ -265,9 +265,13 @@ def _read_qrels(path: Path):
         yield lineno, (qid, doc, value)
 
 
-def lint_against_store(qs: QuestionSet, store) -> None:
-    """Add issues for documents the store does not hold and evidence no document contains."""
+def lint_against_store(qs: QuestionSet, store, visible: set[str] | None = None) -> None:
+    """Add issues for documents the store does not hold and evidence no document contains.
+    ``visible``: the documents the caller may see (``query.pipeline.visible_documents``; None:
+    all); any other document reads exactly as one the store does not hold."""
     docs = set(store.document_ids())
+    if visible is not None:
+        docs &= visible
     texts: dict[str, str] = {}  # raw document text, fetched once per document
     for q in qs.questions:
         for r in q.relevant:

@@ -56,12 +56,19 @@ class Gatherer:
 
     def gather(self, processed: list[Processed], *, retrievers: tuple[str, ...], depth: int,
                allowed: set[str] | None, allowed_docs: list[str] | None, fill_missing: bool = True,
-               extra_dense: int = 0,
+               extra_dense: int = 0, visible: set[str] | None = None,
                batch_size: int = 64, progress=None) -> list[Candidates]:
-        """``allowed`` is the set of chunk ids filters and access permit (None: all)."""
+        """``allowed`` is the set of chunk ids filters and access permit (None: all); ``visible``
+        the chunk ids access alone permits (None: all), over which BM25 statistics (IDF, average
+        length, the coverage bound) are computed, so hidden chunks move no score."""
         out: list[Candidates] = []
         index = self.store.bm25() if "bm25" in retrievers else None
         mask = index.mask(allowed) if index is not None and allowed is not None else None
+        scoped = None
+        if index is not None and visible is not None:
+            scoped = index.scoped(index.mask(visible))
+            if scoped is not None and not index.has_raw():  # an index saved before raw postings were
+                index.set_raw(self._tokens_of(index))
         for start in range(0, len(processed), batch_size):
             batch = processed[start : start + batch_size]
             t0 = time.perf_counter()
@@ -74,7 +81,7 @@ class Gatherer:
             for i, p in enumerate(batch):
                 t1 = time.perf_counter()
                 terms = self.store.analyzer(p.bm25_text) if index is not None else []
-                scores = index.scores(terms, mask) if index is not None else None
+                scores = index.scores(terms, mask, scoped) if index is not None else None
                 bm25_list = index.top(scores, depth) if scores is not None else []
                 t_bm25 = time.perf_counter() - t1
                 d = dense_lists[i]
@@ -101,7 +108,7 @@ class Gatherer:
                             if np.isnan(bm25[pos[c]]):
                                 row = index.row_of.get(c)
                                 bm25[pos[c]] = float(scores[row]) if row is not None else 0.0
-                bound = index.bound(terms, mask) if index is not None else 0.0
+                bound = index.bound(terms, mask, scoped) if index is not None else 0.0
                 out.append(Candidates(
                     processed=p, ids=ids, dense=dense, bm25=bm25,
                     dense_rank={c: r for r, (c, _) in enumerate(d, start=1)},
@@ -112,3 +119,11 @@ class Gatherer:
             if progress:
                 progress(len(batch))
         return out
+
+    def _tokens_of(self, index) -> list[list[str]]:
+        """Each BM25 row's analysed tokens, from the catalog, as the index was built from them."""
+        from ..document import embed_text
+
+        analyzer = self.store.analyzer
+        by_id = {r["chunk_id"]: (r["prefix"], r["text"]) for r in self.store.catalog.chunks_for_index()}
+        return [analyzer(embed_text(*by_id[c])) if c in by_id else [] for c in index.chunk_ids]

@@ -97,6 +97,7 @@ class Scope:
     allowed_docs: list[str] | None
     extra_dense: int = 0  # chunks of allowed documents the filters exclude
     warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
+    visible: set[str] | None = None  # chunk ids access permits (None: every chunk): BM25 statistics count these only
 
 
 def access_tags(contract, principal: str | None, allow: Sequence[str] | None) -> set[str] | None:
@@ -115,6 +116,51 @@ def access_tags(contract, principal: str | None, allow: Sequence[str] | None) ->
     return tags
 
 
+def _visibility(contract, tags: set[str] | None) -> Callable[[dict], bool]:
+    """Whether a chunk's metadata is visible to a caller holding ``tags`` (None: everything)."""
+    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
+
+    def visible(meta: dict) -> bool:
+        if tags is None:
+            return True
+        have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
+        return bool(have & tags) if have else untagged_visible
+
+    return visible
+
+
+def visible_documents(store, contract, principal: str | None = None,
+                      allow: Sequence[str] | None = None) -> set[str] | None:
+    """The documents a caller may see (None: every document). Access only, no filters: what lint,
+    counts and fingerprints may speak of. A document without chunks is invisible to a restricted
+    caller (its access tags live on its chunks)."""
+    tags = access_tags(contract, principal, allow)
+    if tags is None:
+        return None
+    visible = _visibility(contract, tags)
+    return {doc_id for _, doc_id, meta in store.chunk_metadata() if visible(meta)}
+
+
+# Status fields that describe every document, whoever may read it: a restricted caller gets None.
+_WHOLE_STORE = ("documents_by_type", "chunk_tokens_avg", "chunk_tokens_max", "chunks_over_model_limit",
+                "disk_bytes", "last_ingest")
+
+
+def restricted_status(store, contract, principal: str | None = None, allow: Sequence[str] | None = None) -> dict:
+    """``store.status()`` as a caller may see it: unrestricted, all of it; restricted (or required
+    to be, ``access.require_principal``), documents and chunks it may read, ``access`` its tags,
+    and None for what describes the whole store (types, token sizes, disk use, last ingest)."""
+    tags = access_tags(contract, principal, allow)
+    info = store.status()
+    if tags is None:
+        return info
+    docs = visible_documents(store, contract, principal, allow) or set()
+    info.update({k: None for k in _WHOLE_STORE})
+    info.update(documents=len(docs), chunks=sum(1 for _, d, _ in store.chunk_metadata() if d in docs),
+                access=sorted(tags))
+    return info
+
+
 def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
           allow: Sequence[str] | None = None) -> Scope:
     specs = list(contract.retrieve.filters) + list(filters or [])
@@ -124,14 +170,7 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
         raise UsageError(str(exc)) from None
     fields = contract.data.metadata
     tags = access_tags(contract, principal, allow)
-    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
-
-    def visible(meta: dict) -> bool:
-        if tags is None:
-            return True
-        have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
-        return bool(have & tags) if have else untagged_visible
-
+    visible = _visibility(contract, tags)
     if tags is None:
         known = store.metadata_keys() | set(fields)
     else:  # a restricted caller learns no metadata key only forbidden documents carry
@@ -144,13 +183,14 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
             raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
     if not parsed and tags is None:
         return Scope(specs, None, None)
-    allowed, docs = set(), set()
+    allowed, docs, seen_chunks = set(), set(), set()
     doc_chunks: dict[str, int] = {}
     hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
     for chunk_id, doc_id, meta in store.chunk_metadata():
         doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + 1
         if not visible(meta):
             continue
+        seen_chunks.add(chunk_id)
         ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
         for i, matched in enumerate(ok):
             hit_by[i] += matched
@@ -168,7 +208,7 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
     # are dropped after the search, so the dense search must look that much deeper.
     extra = sum(doc_chunks[d] for d in docs) - len(allowed)
-    return Scope(specs, allowed, sorted(docs), extra, warnings)
+    return Scope(specs, allowed, sorted(docs), extra, warnings, None if tags is None else seen_chunks)
 
 
 def _no_match(f, seen: dict[str, int]) -> str:
@@ -199,6 +239,7 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
     return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
                            allowed_docs=sc.allowed_docs, extra_dense=sc.extra_dense, fill_missing=contract.retrieve.fusion.fill_missing,
+                           visible=sc.visible,
                            progress=progress)
 
 

@@ -38,6 +38,64 @@ def idf(method: str, df: int, n: int) -> float:
     return float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
 
 
+RAW_FILE = "raw_postings.npz"  # term frequencies and chunk lengths: BM25 over any subset of the rows
+
+
+def _raw_postings(vocab: dict[str, int], tokens: list[list[str]]) -> dict[str, np.ndarray]:
+    """Term frequency of every (token, row) pair as a CSC matrix (rows ascending per token) and each
+    row's length in tokens: what BM25 statistics over a subset of the rows are computed from."""
+    from collections import Counter
+
+    cols, rows, tf = [], [], []
+    for i, toks in enumerate(tokens):
+        for t, n in Counter(toks).items():
+            cols.append(vocab[t])
+            rows.append(i)
+            tf.append(n)
+    cols_a, rows_a = np.asarray(cols, dtype=np.int64), np.asarray(rows, dtype=np.int32)
+    order = np.lexsort((rows_a, cols_a))
+    indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cols_a, minlength=len(vocab)), out=indptr[1:])
+    return {"indptr": indptr, "rows": rows_a[order], "tf": np.asarray(tf, dtype=np.float32)[order],
+            "doc_len": np.asarray([len(t) for t in tokens], dtype=np.int64)}
+
+
+class Scoped:
+    """BM25 statistics over the rows a caller may see (``visible``, a row mask): its chunk count,
+    average length and, per token, document frequency and IDF count only those rows, so every
+    score equals the score an index built from those rows alone gives (bit for bit: the same
+    float32 steps as bm25s)."""
+
+    def __init__(self, index: "BM25Index", visible: np.ndarray):
+        self.index, self.visible = index, visible
+        raw = index.raw()
+        self.n = int(visible.sum())
+        self.avg_len = np.asarray(raw["doc_len"][visible]).mean() if self.n else np.float64(1.0)
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, float32 scores) of this token among the visible rows."""
+        hit = self._cache.get(token_id)
+        if hit is not None:
+            return hit
+        raw, r = self.index.raw(), self.index.retriever
+        start, end = raw["indptr"][token_id], raw["indptr"][token_id + 1]
+        rows, tf = raw["rows"][start:end], raw["tf"][start:end]
+        keep = self.visible[rows]
+        rows, tf = rows[keep], tf[keep].astype(np.float64)
+        if not len(rows):
+            out = (rows, np.zeros(0, dtype=np.float32))
+        else:
+            idf_value = np.float32(_bm25s().scoring._select_idf_scorer(r.idf_method)(len(rows), N=self.n))
+            k1, b = r.k1, r.b
+            lengths = raw["doc_len"][rows]
+            # bm25s: tf / (k1 * ((1 - b) + b * len / avg) + tf) in float64, times the float32 idf, stored as float32
+            tfc = tf / (k1 * ((1 - b) + b * lengths / self.avg_len) + tf)
+            out = (rows, (np.float64(idf_value) * tfc).astype(np.float32))
+        self._cache[token_id] = out
+        return out
+
+
 class BM25Index:
     """bm25s arrays on disk plus the chunk id of each row. A chunk's score is the sum over the query
     terms it holds of idf x tf / (tf + k1 x (1 - b + b x length / average length)), with Lucene's idf
@@ -48,6 +106,8 @@ class BM25Index:
         self.chunk_ids = chunk_ids
         self.row_of = {cid: i for i, cid in enumerate(chunk_ids)}
         self.loaded_state: dict = {}  # the state record this index was loaded with (see ``current``)
+        self.path: Path | None = None
+        self._raw: dict | None = None
 
     @staticmethod
     def exists(path: Path) -> bool:
@@ -68,6 +128,7 @@ class BM25Index:
             retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
             retriever.index(tokens, show_progress=False)
             retriever.save(str(tmp), show_progress=False)
+            np.savez(tmp / RAW_FILE, **_raw_postings(retriever.vocab_dict, tokens))
         (tmp / "chunk_ids.json").write_text(json.dumps(chunk_ids))
         (tmp / "state.json").write_text(json.dumps(state or {}))
         # Replace, never delete first: a crash leaves either the old or the new index in place.
@@ -113,7 +174,35 @@ class BM25Index:
                 retriever = _bm25s().BM25.load(str(path), mmap=True, show_progress=False)
         except Exception as exc:  # noqa: BLE001 - any damage of bm25s's files reads the same way
             raise StoreError(f"the BM25 index in {path} is damaged ({exc}): `kbtool index` rebuilds it") from None
-        return cls(retriever, chunk_ids)
+        index = cls(retriever, chunk_ids)
+        index.path = path
+        return index
+
+    def has_raw(self) -> bool:
+        """Whether raw postings (term frequencies, lengths) are at hand: saved with the index since
+        kbtool 15, else given by ``set_raw``."""
+        if self._raw is None and self.path is not None and (self.path / RAW_FILE).exists():
+            try:
+                with np.load(self.path / RAW_FILE) as f:
+                    self._raw = {k: f[k] for k in f.files}
+            except (OSError, ValueError) as exc:
+                raise StoreError(f"the BM25 index in {self.path} is damaged ({exc}): `kbtool index` rebuilds it") from None
+        return self._raw is not None
+
+    def set_raw(self, tokens: list[list[str]]) -> None:
+        """Raw postings from each row's tokens (an index saved before they were saved with it)."""
+        self._raw = _raw_postings(self.retriever.vocab_dict, tokens)
+
+    def raw(self) -> dict:
+        if not self.has_raw():
+            raise StoreError("this BM25 index has no raw postings: run `kbtool index --rebuild`")
+        return self._raw
+
+    def scoped(self, visible: np.ndarray | None) -> "Scoped | None":
+        """Statistics over the visible rows; None when every row is visible (the stored scores hold)."""
+        if visible is None or self.retriever is None or bool(visible.all()):
+            return None
+        return Scoped(self, visible)
 
     def mask(self, allowed: set[str]) -> np.ndarray:
         """A row mask for ``search``: True for the chunks a filter allows. Build it once per filter."""
@@ -121,15 +210,24 @@ class BM25Index:
         mask[[self.row_of[c] for c in allowed if c in self.row_of]] = True
         return mask
 
-    def scores(self, tokens: list[str], mask: np.ndarray | None = None) -> np.ndarray | None:
-        """BM25 score of every row for these query tokens (0 outside ``mask``); None if the index is empty."""
+    def scores(self, tokens: list[str], mask: np.ndarray | None = None,
+               scoped: Scoped | None = None) -> np.ndarray | None:
+        """BM25 score of every row for these query tokens (0 outside ``mask``); None if the index is
+        empty. ``scoped``: statistics over the rows a caller may see (``scoped()``), else all rows."""
         if self.retriever is None:
             return None
         vocab = self.retriever.vocab_dict
         ids = [vocab[t] for t in tokens if t in vocab]
         if not ids:
             return np.zeros(len(self.chunk_ids))
-        scores = np.asarray(self.retriever.get_scores(ids), dtype=np.float64)
+        if scoped is None:
+            scores = np.asarray(self.retriever.get_scores(ids), dtype=np.float64)
+        else:  # as bm25s sums: float32, token by token in query order
+            acc = np.zeros(len(self.chunk_ids), dtype=np.float32)
+            for tid in ids:
+                rows, data = scoped.postings(tid)
+                np.add.at(acc, rows, data)
+            scores = acc.astype(np.float64)
         return np.where(mask, scores, 0.0) if mask is not None else scores
 
     def top(self, scores: np.ndarray | None, k: int) -> list[tuple[str, float]]:
@@ -149,15 +247,18 @@ class BM25Index:
         """Top-k (chunk_id, score) with score > 0, ties broken by chunk id; ``mask`` from ``mask()``."""
         return self.top(self.scores(tokens, mask), k)
 
-    def _postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    def _postings(self, token_id: int, scoped: Scoped | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if scoped is not None:
+            return scoped.postings(token_id)
         sc = self.retriever.scores
         start, end = sc["indptr"][token_id], sc["indptr"][token_id + 1]
         return sc["indices"][start:end], sc["data"][start:end]
 
-    def bound(self, tokens: list[str], mask: np.ndarray | None = None) -> float:
+    def bound(self, tokens: list[str], mask: np.ndarray | None = None, scoped: Scoped | None = None) -> float:
         """The score of a chunk as good as the best chunk on every query token: the sum, over the
         tokens, of the best score any chunk gets for it. A token no chunk holds counts as a rare
-        term held once (idf of one chunk x tf-saturation at average length, 1 / (1 + k1))."""
+        term held once (idf of one chunk x tf-saturation at average length, 1 / (1 + k1)).
+        ``scoped``: scores from the statistics of the rows a caller may see."""
         if self.retriever is None:
             return 0.0
         vocab = self.retriever.vocab_dict
@@ -170,8 +271,8 @@ class BM25Index:
             if t not in vocab:
                 total += rare
                 continue
-            rows, data = self._postings(vocab[t])
-            if not len(rows):
+            rows, data = self._postings(vocab[t], scoped)
+            if not len(rows) and scoped is None:
                 continue  # no stored postings: idf 0 (a Robertson index built before Lucene's)
             if mask is not None:
                 data = data[mask[rows]]  # only permitted chunks shape what a caller sees
