@@ -30,12 +30,9 @@ def effective_params(params: dict) -> dict:
 
 
 def idf(method: str, df: int, n: int) -> float:
-    """The IDF bm25s gives a term held by ``df`` of ``n`` chunks (``robertson`` clamped at 0, as bm25s
-    does; an index built before ``effective_params`` may still hold it)."""
-    n = max(n, df, 1)
-    if method == "robertson":
-        return float(np.log(max(1.0, (n - df + 0.5) / (df + 0.5))))
-    return float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+    """The IDF bm25s gives a term held by ``df`` of ``n`` chunks, by bm25s's own scorer for the
+    method (``robertson`` clamped at 0; an index built before ``effective_params`` may hold it)."""
+    return float(_bm25s().scoring._select_idf_scorer(method)(df, N=max(n, df, 1)))
 
 
 RAW_FILE = "raw_postings.npz"  # term frequencies and chunk lengths: BM25 over any subset of the rows
@@ -86,7 +83,7 @@ class Scoped:
         if not len(rows):
             out = (rows, np.zeros(0, dtype=np.float32))
         else:
-            idf_value = np.float32(_bm25s().scoring._select_idf_scorer(r.idf_method)(len(rows), N=self.n))
+            idf_value = np.float32(idf(r.idf_method, len(rows), self.n))
             k1, b = r.k1, r.b
             lengths = raw["doc_len"][rows]
             # bm25s: tf / (k1 * ((1 - b) + b * len / avg) + tf) in float64, times the float32 idf, stored as float32
@@ -294,7 +291,6 @@ class BM25Index:
 
     def vocabulary(self) -> list[str]:
         return [] if self.retriever is None else list(self.retriever.vocab_dict)
-
 
     @classmethod
     def current(cls, path: Path, loaded: "BM25Index | None") -> "BM25Index":
