@@ -15,9 +15,15 @@ from ..errors import StoreError, StoreFullError, StoreReadOnlyError
 
 
 def umask_mode() -> int:
-    """The mode a new file gets from the process umask (mkstemp makes 0600 files)."""
-    mask = os.umask(0)
-    os.umask(mask)
+    """The mode a new file gets from the process umask (mkstemp makes 0600 files). Read from
+    /proc where it can be: setting the umask to read it back is process-wide, and a thread
+    creating a file in between would get mode 0666."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            mask = next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0)
+        os.umask(mask)
     return 0o666 & ~mask
 
 

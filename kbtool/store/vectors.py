@@ -184,10 +184,8 @@ class CatalogVectors:
         return len(self._matrix()[0])
 
     def indexed(self) -> dict[str, str]:
-        from . import vectors as _v
-
         have = set(self._matrix()[0])
-        return {r[0]: _v.index_hash(r[1], r[2]) for r in self._catalog.chunk_hashes() if r[0] in have}
+        return {r[0]: index_hash(r[1], r[2]) for r in self._catalog.chunk_hashes() if r[0] in have}
 
     def get(self, ids: list[str]) -> dict[str, np.ndarray]:
         vecs = self._catalog.chunk_vectors(self._key(), list(ids))
@@ -197,12 +195,13 @@ class CatalogVectors:
         ids, docs, m = self._matrix()
         wanted = None if doc_ids is None else set(doc_ids)
         keep = np.array([i for i, d in enumerate(docs) if wanted is None or d in wanted], dtype=int)
+        searched = m[keep] if len(keep) else m  # the rows of the permitted documents, taken once
         out = []
         for q in np.asarray(vectors, dtype=np.float32):
             if not len(keep):
                 out.append([])
                 continue
-            scores = m[keep] @ (q / max(float(np.linalg.norm(q)), 1e-12))
+            scores = searched @ (q / max(float(np.linalg.norm(q)), 1e-12))
             best = np.argsort(-scores, kind="stable")[:depth]
             out.append(sorted(((ids[keep[i]], float(scores[i])) for i in best), key=lambda x: (-x[1], x[0])))
         return out
