@@ -74,13 +74,15 @@ class Answer:
     method: str
     filters: list[str] = field(default_factory=list)
     trace: dict = field(default_factory=dict)
+    signals: dict = field(default_factory=dict)  # answerability signals (query.signals), what decide saw
 
     def to_dict(self, with_trace: bool = False) -> dict:
         out = {
             "question": self.question, "processed": self.processed.to_dict(), "method": self.method,
             "weights": self.weights, "decision": self.decision, "confidence": self.confidence,
             "tier": self.tier, "thresholds": self.thresholds, "explanation": self.explanation,
-            "filters": self.filters, "hits": [h.to_dict() for h in self.hits], "context": self.context,
+            "filters": self.filters, "signals": self.signals, "hits": [h.to_dict() for h in self.hits],
+            "context": self.context,
         }
         if with_trace:
             out["trace"] = self.trace
@@ -303,7 +305,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
     decision = decide(top, th)
-    explanation = _explain(store, cands, best_hit, decision, th, sc, explain)
+    explanation = _explain(store, cands, best_hit, decision, th, sc, explain, value=top)
     if sc.warnings:
         explanation["filter_warnings"] = list(sc.warnings)
     context = ""
@@ -337,9 +339,13 @@ def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
     return [[c, round(float(scores[pos[c]]), 6)] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:n]]
 
 
-def _explain(store, cands, best, decision, th, sc: Scope, explain: bool) -> dict:
+def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None) -> dict:
     """Why this decision: the hit with the top confidence against the thresholds, and on a
-    refusal or low confidence, the query terms no permitted chunk holds and what to try."""
+    refusal or low confidence, the query terms no permitted chunk holds and what to try.
+
+    ``value`` is what ``decide`` compared with the thresholds (``Answer.confidence``: the
+    answerability probability when the contract has a model, else the best hit's confidence);
+    ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix)."""
     out: dict = {
         "best": None if best is None else {"rank": best.rank, "doc_id": best.doc_id,
                                            "section_path": best.section_path, "confidence": best.confidence},
