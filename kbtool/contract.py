@@ -28,6 +28,9 @@ CONTRACT_FILE = "kbtool.yaml"
 QUESTION_TYPES = ("identifier", "cjk", "other")
 RETRIEVERS = ("dense", "bm25")
 RRF_K = 60  # the RRF constant of Cormack et al. (2009): retrieve.fusion.rrf_k and the "hybrid" mode
+# Answerability signals the pipeline computes (kbtool.query.signals), which decide.model may use.
+FEATURES = ("relevance", "cosine", "coverage", "absent_kb", "absent_top", "agreement", "dense_margin",
+            "bm25_margin", "identifier", "cjk", "terms")
 CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
                   "citation", "lines", "anchor", "url"}
 
@@ -220,7 +223,37 @@ def _default_tiers() -> dict[str, Thresholds]:
     return {"identifier": Thresholds(answer=0.45, low_confidence=0.35)}
 
 
+class PlattMap(_Strict):
+    slope: float = Field(1.0, description="Platt scaling of the score: P = 1 / (1 + exp(-(slope * score + offset)))")
+    offset: float = 0.0
+
+
+class AnswerabilityModel(_Strict):
+    """A logistic model of P(answerable) over the answerability signals (kbtool.query.signals):
+    P = 1 / (1 + exp(-(slope * (intercept + sum(coefficient * signal)) + offset)))."""
+
+    version: int = Field(1, ge=1, description="the model format")
+    coefficients: dict[str, float] = Field(description="signal name -> weight, on the signal's own scale")
+    intercept: float = 0.0
+    calibration: PlattMap = Field(default_factory=PlattMap,
+                                  description="maps the model's score to a probability (fitted out of fold)")
+    fitted_on: Optional[dict[str, Any]] = Field(None, description="the question set and out-of-fold quality")
+
+    @field_validator("coefficients")
+    @classmethod
+    def _known(cls, v):
+        unknown = [f for f in v if f not in FEATURES]
+        if unknown:
+            raise ValueError(f"unknown signal(s) {', '.join(unknown)}: use {', '.join(FEATURES)}")
+        if not v:
+            raise ValueError("no coefficients: give at least one signal a weight")
+        return v
+
+
 class Decide(_Strict):
+    model: Optional[AnswerabilityModel] = Field(
+        None, description="answerability model: thresholds compare P(answerable) from it; "
+                          "null: they compare the best hit's confidence")
     thresholds: Thresholds = Field(default_factory=Thresholds)
     tiers: dict[str, Thresholds] = Field(
         default_factory=_default_tiers,
@@ -542,6 +575,9 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
             for rule in matching:
                 _put(rule, ["weights", "dense"], round(w, 4))
                 _put(rule, ["weights", "bm25"], round(1 - w, 4))
+    model = getattr(result, "model", None)
+    if model is not None:
+        _put(data, ["decide", "model"], model)
     if result.thresholds:
         d = result.thresholds["default"]
         _put(data, ["decide", "thresholds", "answer"], d["answer"])

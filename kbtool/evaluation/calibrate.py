@@ -87,6 +87,8 @@ class CalibrationResult:
     distributions: dict
     notes: list[str] = field(default_factory=list)
     verification: dict | None = None
+    model: dict | None = None  # the answerability model written into decide.model (None: none fitted)
+    answerability: dict = field(default_factory=dict)  # its out-of-fold quality, ROC, reliability, rates
     appendix: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
 
@@ -126,11 +128,12 @@ def _with_tiers(contract, tiers: dict):
     return contract.model_copy(update={"decide": contract.decide.model_copy(update={"tiers": tiers})})
 
 
-def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict | None = None):
+def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict | None = None,
+                     model: dict | None = None):
     """The contract ``calibrated_text`` writes for this proposal (the one writer, parsed back)."""
     from ..contract import calibrated_text, validate_contract, yaml_load_plain
 
-    result = SimpleNamespace(adopted=adopted, proposed=proposed, thresholds=thresholds, appendix={})
+    result = SimpleNamespace(adopted=adopted, proposed=proposed, thresholds=thresholds, appendix={}, model=model)
     return validate_contract(yaml_load_plain(calibrated_text(None, contract, result)), "the calibrated contract")
 
 
@@ -324,11 +327,18 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
 
     current = _current_fusion(contract)
     proposed = search.proposal(ci, wmap) if adopted else current
-    # Thresholds from each question's top confidence under the fusion that will be written.
+    # The answerability model, fitted on the signals under the fusion that will be written; the
+    # thresholds from each question's out-of-fold P(answerable) (without a model: its confidence).
     final = written_contract(contract, adopted, proposed) if adopted else contract
-    conf = {id(it): it.answer(final).confidence for it in items}
+    model, conf, answerability = _answerability(final, items, folds=folds, seed=seed, source=source, qs=qs)
+    notes += answerability.pop("notes")
+    if model is not None:
+        final = final.model_copy(update={"decide": final.decide.model_copy(update={"model": model})})
     thresholds, table, tnotes = _thresholds(final, items, conf, max_false_answer, max_false_refusal)
     notes += tnotes
+    if model is not None and thresholds:
+        answerability["heldout_thresholds"] = _heldout_rates(items, conf, folds, seed, max_false_answer,
+                                                             max_false_refusal)
     curves = {}
     final_cfg = Config(proposed["method"], proposed["normalization"], proposed["rrf_k"])
     curve_cfg = final_cfg if final_cfg in CONFIGS else chosen_cfg
@@ -351,6 +361,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                  "gain": round(gain, 4), "p_value": round(p_value, 4), "alpha": alpha,
                  "chosen_in_sample": round(float(search.per_question(ci, wmap).mean()), 4)},
         weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
+        model=None if model is None else model.model_dump(mode="json"), answerability=answerability,
     )
     t2 = time.perf_counter()
     result.appendix = _appendix(result, store, qs, source, store_fingerprint(store, contract, principal, allow))
@@ -358,7 +369,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     # numbers `eval --fail-under-recorded` holds CI to.
     from .evaluate import EvalConfig, evaluate
 
-    new = written_contract(contract, adopted, proposed, thresholds)
+    new = written_contract(contract, adopted, proposed, thresholds, result.model)
     report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=sorted({k, 5, 10}),
                                             metrics=sorted({base, "ndcg", "mrr", "hit_rate"})),
                       contract=new, embedder=embedder, principal=principal, allow=allow)
@@ -503,8 +514,75 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
     fr = [refused[id(it)] for it in items if it.q.answerable]
     overall = {"false_answer": round(float(np.mean(fa)), 4) if fa else 0.0, "answerable": len(fr),
                "false_refusal": round(float(np.mean(fr)), 4) if fr else 0.0, "unanswerable": len(fa)}
-    notes.append("threshold rates are in-sample: measured on the questions they were chosen on")
+    notes.append("threshold rates are measured on the questions the thresholds were chosen on (with a model: on "
+                 "out-of-fold probabilities; answerability.heldout_thresholds also holds out the threshold choice)")
     return {"default": default, "tiers": tiers, "overall": overall}, table, notes
+
+
+def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
+    """(model or None, each question's P(answerable) out of fold or its confidence, report).
+
+    With at least ``MIN_EACH`` answerable and unanswerable questions a model is fitted on the
+    signals the pipeline computes under ``contract``; else the contract's own model (or, without
+    one, the best hit's confidence) decides, and a note says how to get a model."""
+    from ..contract import FEATURES, AnswerabilityModel
+    from . import answerability as am
+
+    plain = contract.model_copy(update={"decide": contract.decide.model_copy(update={"model": None})})
+    answers = [it.answer(plain) for it in items]
+    y = np.array([1 if it.q.answerable else 0 for it in items])
+    X = np.array([[a.signals.get(f, 0.0) for f in FEATURES] for a in answers])
+    report: dict = {"features": list(FEATURES), "notes": [],
+                    "signal_auc": {f: _round(am.auc(y, X[:, i])) for i, f in enumerate(FEATURES)},
+                    "confidence": am.quality(y, [a.confidence or 0.0 for a in answers])}
+    n_ans, n_un = int(y.sum()), int((y == 0).sum())
+    if min(n_ans, n_un) < am.MIN_EACH:
+        report["fitted"] = False
+        keep = contract.decide.model is not None
+        report["notes"].append(
+            f"{n_un} unanswerable and {n_ans} answerable question(s): an answerability model needs at least "
+            f"{am.MIN_EACH} of each, so none is fitted"
+            + (" (the contract's model is kept)" if keep else " (thresholds apply to the best hit's confidence)")
+            + ". Good unanswerable questions name what the knowledge base does not cover (another product, a "
+              "service or a feature it never mentions) and near misses (a detail a covered section does not give).")
+        conf = {id(it): it.answer(contract).confidence for it in items}
+        return None, conf, report
+    fitted, oof = am.fit(list(FEATURES), X, y, folds=folds, seed=seed)
+    report["fitted"] = True
+    report["oof"] = am.quality(y, oof)
+    report["roc"] = [[round(a, 4), round(b, 4)] for a, b in am.roc_points(y, oof)]
+    fitted_on = {"question_set": qs.name, "source": source, "questions": len(y), "answerable": n_ans,
+                 "unanswerable": n_un, "folds": folds, "seed": seed,
+                 "date": datetime.now(timezone.utc).date().isoformat(),
+                 "oof": {k: report["oof"][k] for k in ("auc", "brier", "calibration_error")}}
+    model = AnswerabilityModel.model_validate(fitted.to_contract(fitted_on))
+    report["coefficients"] = dict(model.coefficients)
+    return model, {id(it): round(float(p), 4) for it, p in zip(items, oof)}, report
+
+
+def _round(x):
+    return None if x is None else round(float(x), 4)
+
+
+def _heldout_rates(items, conf, folds: int, seed: int, max_fa, max_fr) -> dict:
+    """Refusal rates when the refuse threshold is also chosen without the question it decides:
+    per fold, chosen (as ``_pick`` chooses it) on the other folds' out-of-fold probabilities, one
+    threshold for every question; with 95 % Wilson intervals."""
+    from . import answerability as am
+
+    y = np.array([1 if it.q.answerable else 0 for it in items])
+    p = np.array([conf[id(it)] for it in items], dtype=float)
+    refused = np.zeros(len(y), dtype=bool)
+    for train, test in am._folds(y, folds, seed + 2):
+        low = _pick(p[train][y[train] == 1].tolist(), p[train][y[train] == 0].tolist(), max_fa, max_fr)[0]
+        refused[test] = p[test] < low
+    un, ans = refused[y == 0], refused[y == 1]
+    return {"correctly_refused": int(un.sum()), "unanswerable": int(len(un)),
+            "refusal_rate": round(float(un.mean()), 4) if len(un) else None,
+            "refusal_interval": am.wilson(int(un.sum()), int(len(un))),
+            "wrongly_refused": int(ans.sum()), "answerable": int(len(ans)),
+            "false_refusal": round(float(ans.mean()), 4) if len(ans) else None,
+            "false_refusal_interval": am.wilson(int(ans.sum()), int(len(ans)))}
 
 
 def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: dict) -> dict:
@@ -516,4 +594,8 @@ def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: di
         "objective": result.objective, "folds": result.folds, "seed": result.seed,
         "heldout": result.heldout, "adopted": result.adopted,
         "thresholds": result.thresholds,
+        "answerability": {"fitted": result.answerability.get("fitted"),
+                          **({"oof": {k: result.answerability["oof"][k] for k in ("auc", "brier", "calibration_error")},
+                              "heldout_thresholds": result.answerability.get("heldout_thresholds")}
+                             if result.answerability.get("fitted") else {})},
     }

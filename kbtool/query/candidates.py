@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .preprocess import Processed
+from .signals import term_weights
 
 
 @dataclass
@@ -36,6 +37,9 @@ class Candidates:
     retrievers: tuple[str, ...]
     query_terms: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # distinct query term -> (IDF over the permitted chunks, some permitted chunk holds it)
+    term_weights: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
 
 
 class Gatherer:
@@ -109,12 +113,14 @@ class Gatherer:
                                 row = index.row_of.get(c)
                                 bm25[pos[c]] = float(scores[row]) if row is not None else 0.0
                 bound = index.bound(terms, mask, scoped) if index is not None else 0.0
+                weights = term_weights(index, terms, mask) if index is not None else {}
                 out.append(Candidates(
                     processed=p, ids=ids, dense=dense, bm25=bm25,
                     dense_rank={c: r for r, (c, _) in enumerate(d, start=1)},
                     bm25_rank={c: r for r, (c, _) in enumerate(bm25_list, start=1)},
                     bm25_bound=bound, retrievers=retrievers, query_terms=terms,
                     timings={"dense_ms": round(t_dense * 1000, 2), "bm25_ms": round(t_bm25 * 1000, 2)},
+                    term_weights=weights,
                 ))
             if progress:
                 progress(len(batch))

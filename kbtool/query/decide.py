@@ -14,6 +14,7 @@ never depends on ranks, so a threshold on it means the same across questions.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 
 DECISIONS = ("answer", "low_confidence", "refuse")
@@ -30,6 +31,15 @@ def confidence(cosine: float | None, coverage: float | None, w_dense: float, w_b
     if not parts:
         return 0.0
     return sum(p * w for p, w in zip(parts, weights)) / sum(weights)
+
+
+def answerability(signals: dict[str, float], model) -> float:
+    """P(answerable) from the answerability signals with the contract's model (``decide.model``):
+    the logistic model's score, through its calibration map (Platt: a logistic of the score)."""
+    z = model.intercept + sum(c * float(signals.get(f, 0.0)) for f, c in model.coefficients.items())
+    z = model.calibration.slope * z + model.calibration.offset
+    z = max(-60.0, min(60.0, z))
+    return round(1.0 / (1.0 + math.exp(-z)), 4)
 
 
 def decide(top_confidence: float | None, thresholds) -> str:

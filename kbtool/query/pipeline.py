@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 from ..errors import AccessError, ContractError, InputError, UsageError
 from .candidates import Candidates, Gatherer
 from .context import build_context, citation
-from .decide import confidence, decide, missing_terms, suggestions
+from . import signals
+from .decide import answerability, confidence, decide, missing_terms, suggestions
 from ..filters import parse_filter
 from .fusion import fuse
 from .postprocess import NearDuplicates
@@ -304,6 +305,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     top = best_hit.confidence if best_hit else None
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
+    sig = signals.compute(cands, window, best_hit, lambda cid: _tokens(store, cands, rows, cid))
+    model = contract.decide.model
+    if model is not None:
+        top = answerability(sig, model)
     decision = decide(top, th)
     explanation = _explain(store, cands, best_hit, decision, th, sc, explain, value=top)
     if sc.warnings:
@@ -323,7 +328,19 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits=hits, decision=decision, confidence=top, tier=tier,
         thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
         explanation=explanation, context=context, method=method, filters=sc.filters, trace=trace,
+        signals=sig,
     )
+
+
+def _tokens(store, cands: Candidates, rows: dict, chunk_id: str) -> frozenset:
+    """A hit's analysed tokens as BM25 indexed them (its prefix and text), cached on the candidates."""
+    got = cands.tokens.get(chunk_id)
+    if got is None:
+        from ..document import embed_text
+
+        row = rows[chunk_id]
+        got = cands.tokens[chunk_id] = frozenset(store.analyzer(embed_text(row.get("prefix") or "", row["text"])))
+    return got
 
 
 def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:

@@ -1,0 +1,134 @@
+"""Answerability signals: what a question's candidates say about whether the knowledge base answers it.
+
+Computed by the pipeline for every question, over the chunks the caller may see (the filters'
+and access's chunks: a term only hidden chunks hold counts as absent, so no signal moves with
+restricted content). ``decide`` turns them into P(answerable) with the contract's model
+(``decide.model``, fitted by ``kbtool calibrate``); every signal is in ``Answer.signals``, the
+``--json`` output and the trace.
+
+Signals (all numbers, in [0, 1] unless said otherwise):
+
+- ``relevance``: the best hit's confidence (cosine / BM25 coverage mix at the question's weights);
+- ``cosine``, ``coverage``: the best cosine and the best BM25 coverage among the top hits;
+- ``absent_kb``: the weighted share of the question's terms that no permitted chunk contains
+  (names the knowledge base never mentions; weights: ``term_weights``);
+- ``absent_top``: the weighted share of the question's terms the top hit does not contain;
+- ``agreement``: the share of retrievers whose top 5 holds the fused top hit (0, 0.5 or 1);
+- ``dense_margin``: top-1 minus top-2 cosine of the dense retriever;
+- ``bm25_margin``: top-1 minus top-2 BM25 score of the BM25 retriever, over the coverage bound;
+- ``identifier``, ``cjk``: 1 when the question is of that detected type, else 0;
+- ``terms``: log(1 + number of distinct analysed question terms).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from ..contract import FEATURES  # noqa: F401  (the names ``compute`` returns, which decide.model may use)
+
+
+def term_weights(index, terms: list[str], mask: np.ndarray | None) -> dict[str, tuple[float, bool]]:
+    """term -> (weight, present in a permitted chunk) for the distinct query terms.
+
+    A term's weight is its IDF over the permitted chunks (an absent term gets the IDF of a term in
+    no chunk, the highest there is) times its informativeness in general language: 1 for a word
+    rarer than Zipf 4.5 (``wordfreq``: 'laptop' 4.2, 'mangum' 2.2, an identifier 0), falling to 0 at
+    Zipf 5.5 ('my' 6.6, 'something' 5.8, 'i' 7.1). A knowledge base written in the third person
+    never holds 'I' or 'my'; that says nothing about whether it answers the question."""
+    from ..store.bm25 import DEFAULT_PARAMS, idf
+
+    if index is None or index.retriever is None:
+        return {}
+    n = len(index.chunk_ids) if mask is None else int(mask.sum())
+    method = getattr(index.retriever, "idf_method", None) or DEFAULT_PARAMS["method"]
+    vocab = index.retriever.vocab_dict
+    out: dict[str, tuple[float, bool]] = {}
+    for t in dict.fromkeys(terms):
+        df = 0
+        tid = vocab.get(t)
+        if tid is not None:
+            rows, _ = index._postings(tid)
+            df = int(mask[rows].sum()) if mask is not None else len(rows)
+            if not len(rows):  # a Robertson index keeps no postings for a term in most chunks
+                df = n
+        out[t] = (idf(method, df, max(n, 1)) * informativeness(t), df > 0)
+    return out
+
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+@lru_cache(maxsize=65536)
+def informativeness(term: str) -> float:
+    """1 for a rare word, 0 for an everyday one: min(1, max(0, 5.5 - Zipf frequency))."""
+    return min(1.0, max(0.0, ZIPF_EVERYDAY - zipf(term)))
+
+
+ZIPF_EVERYDAY = 5.5  # a word at least this frequent in general language carries no weight
+
+
+def zipf(term: str) -> float:
+    """The term's Zipf frequency in general language (English; Chinese for CJK terms): log10 of
+    its occurrences per billion words, 0 when unknown. A CJK term is looked up whole (kbtool has
+    already segmented it) in wordfreq's Chinese list, so wordfreq's own segmenter never loads."""
+    if _CJK.search(term):
+        freq = _frequencies("zh").get(term, 0.0)
+        return max(0.0, math.log10(freq) + 9) if freq > 0 else 0.0
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(term, "en")
+
+
+@lru_cache(maxsize=4)
+def _frequencies(lang: str) -> dict[str, float]:
+    from wordfreq import get_frequency_dict
+
+    return get_frequency_dict(lang)
+
+
+def _share(weights: dict[str, tuple[float, bool]], absent) -> float:
+    total = sum(w for w, _ in weights.values())
+    if total <= 0:
+        return 0.0
+    return sum(w for t, (w, _) in weights.items() if absent(t)) / total
+
+
+def _margin(scores: np.ndarray, ranks: dict[str, int], pos: dict[str, int]) -> float:
+    ordered = [scores[pos[c]] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:2]]
+    ordered = [float(s) for s in ordered if not math.isnan(s)]
+    if not ordered:
+        return 0.0
+    return ordered[0] - (ordered[1] if len(ordered) > 1 else 0.0)
+
+
+def compute(cands, hits, best, tokens_of) -> dict[str, float]:
+    """The signals of one answered question. ``hits``: the hits the decision looks at (the
+    contract's top_k), ``best``: the one with the top confidence, ``tokens_of(chunk_id)``: the
+    analysed tokens of a hit (cached by the caller)."""
+    weights = cands.term_weights
+    top = hits[0] if hits else None
+    top_tokens = set(tokens_of(top.chunk_id)) if top is not None and weights else set()
+    pos = {c: i for i, c in enumerate(cands.ids)}
+    agree = []
+    for ranks in (cands.dense_rank, cands.bm25_rank):
+        if ranks and top is not None:
+            agree.append(1.0 if ranks.get(top.chunk_id, 10**9) <= 5 else 0.0)
+    bound = cands.bm25_bound
+    types = set(cands.processed.types)
+    return {
+        "relevance": round(best.confidence, 4) if best is not None else 0.0,
+        "cosine": round(max((h.dense_score for h in hits if h.dense_score is not None), default=0.0), 4),
+        "coverage": round(max((h.bm25_coverage for h in hits if h.bm25_coverage is not None), default=0.0), 4),
+        "absent_kb": round(_share(weights, lambda t: not weights[t][1]), 4),
+        "absent_top": round(_share(weights, lambda t: t not in top_tokens), 4) if top is not None else 1.0,
+        "agreement": round(sum(agree) / len(agree), 4) if agree else 0.0,
+        "dense_margin": round(_margin(cands.dense, cands.dense_rank, pos), 4),
+        "bm25_margin": round(_margin(cands.bm25, cands.bm25_rank, pos) / bound, 4) if bound > 0 else 0.0,
+        "identifier": 1.0 if "identifier" in types else 0.0,
+        "cjk": 1.0 if "cjk" in types else 0.0,
+        "terms": round(math.log1p(len(weights)), 4),
+    }
