@@ -24,8 +24,25 @@ def render(result, console) -> None:
                   + (f"/{p['normalization']}" if p["method"] == "weighted" else f" k={p['rrf_k']}")
                   + f", dense {p['weights']['dense']}" + "".join(f"; {g} dense {w}" for g, w in p["group_weights"].items()),
                   highlight=False)
+    a = result.answerability or {}
+    if a.get("fitted"):
+        o, c, ht = a["oof"], a["confidence"], a.get("heldout_thresholds")
+        t = Table(title=f"Answerability model ({result.folds}-fold out of fold: each question scored by a model "
+                        "fitted without it)", title_justify="left")
+        for col in ("decided by", "AUC", "Brier", "calibration error"):
+            t.add_column(col, justify="left" if col == "decided by" else "right")
+        t.add_row("P(answerable), the model", _f(o["auc"]), _f(o["brier"]), _f(o["calibration_error"]))
+        t.add_row("best hit's confidence alone", _f(c["auc"]), "", "")
+        console.print(t)
+        if ht:
+            console.print(
+                f"held out, threshold choice included: refused {ht['correctly_refused']} of {ht['unanswerable']} "
+                f"unanswerable ({_pct(ht['refusal_rate'])}, 95% CI {_ci(ht['refusal_interval'])}), wrongly refused "
+                f"{ht['wrongly_refused']} of {ht['answerable']} answerable ({_pct(ht['false_refusal'])}, "
+                f"95% CI {_ci(ht['false_refusal_interval'])})", highlight=False)
     if result.thresholds:
-        t = Table(title="Thresholds (top confidence)", title_justify="left")
+        unit = "P(answerable)" if a.get("fitted") or result.model else "top confidence"
+        t = Table(title=f"Thresholds ({unit})", title_justify="left")
         for col in ("tier", "answer", "refuse below", "false answers", "false refusals"):
             t.add_column(col, justify="left" if col == "tier" else "right")
         rows = {"default": result.thresholds["default"], **result.thresholds["tiers"]}
@@ -38,3 +55,15 @@ def render(result, console) -> None:
         console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+
+
+def _f(x) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def _ci(iv) -> str:
+    return "n/a" if not iv else f"{iv[0]:.0%}–{iv[1]:.0%}"

@@ -1,0 +1,232 @@
+"""Answerability: the signals, the model's arithmetic, its quality measures (hand-computed cases),
+and calibrate fitting it (or refusing to, with too few unanswerable questions)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from kbtool.contract import FEATURES, AnswerabilityModel, load_contract
+from kbtool.errors import ContractError
+from kbtool.evaluation import answerability as am
+from kbtool.evaluation.calibrate import calibrate
+from kbtool.evaluation.questions import load_questions
+from kbtool.ingestion.pipeline import ingest
+from kbtool.query.decide import answerability
+from kbtool.query.pipeline import retrieve
+from kbtool.store import Store
+
+from .conftest import write
+
+
+# ---- quality measures, by hand --------------------------------------------------------------
+def test_auc_counts_pairs_and_half_ties():
+    # pairs (answerable, unanswerable): 0.9>0.5, 0.9>0.1, 0.4<0.5, 0.4>0.1 -> 3 of 4
+    assert am.auc([1, 1, 0, 0], [0.9, 0.4, 0.5, 0.1]) == 0.75
+    assert am.auc([1, 0], [0.5, 0.5]) == 0.5
+    assert am.auc([1, 1], [0.2, 0.3]) is None
+
+
+def test_brier_and_calibration_error_by_hand():
+    assert am.brier([1, 0], [0.8, 0.3]) == pytest.approx((0.2**2 + 0.3**2) / 2)
+    # two bins: predicted 0.85 observed 1.0, predicted 0.15 observed 0.0 -> |0.15| each
+    assert am.calibration_error([1, 1, 0, 0], [0.85, 0.85, 0.15, 0.15]) == pytest.approx(0.15)
+    # half the 0.5-bin is answerable: perfectly calibrated
+    assert am.calibration_error([1, 0], [0.55, 0.55]) == pytest.approx(0.05)
+    rows = am.reliability([1, 0, 1], [0.95, 0.05, 1.0])
+    assert [(r["low"], r["count"], r["observed"]) for r in rows] == [(0.0, 1, 0.0), (0.9, 2, 1.0)]
+
+
+def test_wilson_interval_by_hand():
+    lo, hi = am.wilson(0, 10)
+    centre = (1.96**2 / 20) / (1 + 1.96**2 / 10)
+    assert lo == 0.0 and hi == pytest.approx(2 * centre, abs=1e-4)
+    lo, hi = am.wilson(5, 10)
+    assert lo == pytest.approx(1 - hi, abs=1e-4) and 0.23 < lo < 0.24
+    assert am.wilson(0, 0) is None
+
+
+def test_roc_points_run_from_origin_to_corner():
+    pts = am.roc_points([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.1])
+    assert pts[0] == (0.0, 0.0) and pts[-1] == (1.0, 1.0)
+    assert (0.0, 0.5) in pts and (0.5, 1.0) in pts
+
+
+# ---- the model: folded standardisation, calibration, out-of-fold --------------------------------
+def _synthetic(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3)) * [1.0, 5.0, 0.01] + [0.5, 10.0, 0.0]
+    z = 2.0 * (X[:, 0] - 0.5) - 0.4 * (X[:, 1] - 10.0)
+    y = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(int)
+    return X, y
+
+
+def test_folded_coefficients_equal_the_standardised_model():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = _synthetic()
+    coef, b = am._logistic(X, y)
+    scaler = StandardScaler().fit(X)
+    ref = LogisticRegression(C=am.C, class_weight="balanced", max_iter=5000).fit(scaler.transform(X), y)
+    assert np.allclose(b + X @ coef, ref.decision_function(scaler.transform(X)), atol=1e-6)
+
+
+def test_fit_recovers_a_real_signal_and_its_probabilities_are_calibrated():
+    X, y = _synthetic(n=1000)
+    fitted, oof = am.fit(["relevance", "cosine", "coverage"], X, y)
+    q = am.quality(y, oof)
+    assert q["auc"] > 0.8
+    assert q["calibration_error"] < 0.06  # out of fold, on a logistic truth
+    # noise alone: no skill out of fold
+    rng = np.random.default_rng(1)
+    _, noise = am.fit(["relevance"], rng.normal(size=(300, 1)), y[:300])
+    assert abs(am.auc(y[:300], noise) - 0.5) < 0.12
+
+
+def test_the_contract_model_computes_what_the_fit_computes():
+    X, y = _synthetic()
+    names = ["relevance", "cosine", "coverage"]
+    fitted, _ = am.fit(names, X, y)
+    model = AnswerabilityModel.model_validate(fitted.to_contract({"question_set": "synthetic"}))
+    for row, p in zip(X[:20], fitted.probability(X[:20])):
+        assert answerability(dict(zip(names, row)), model) == pytest.approx(p, abs=1e-3)
+    # by hand: a one-signal model
+    one = AnswerabilityModel(coefficients={"absent_kb": -4.0}, intercept=1.0, calibration={"slope": 0.5, "offset": 0.2})
+    assert answerability({"absent_kb": 0.5}, one) == pytest.approx(1 / (1 + math.exp(-(0.5 * (1 - 2) + 0.2))), abs=1e-4)
+
+
+def test_a_model_naming_an_unknown_signal_is_a_contract_error(tmp_path):
+    with pytest.raises(ContractError, match=r"decide\.model\.coefficients: unknown signal\(s\) shoe_size"):
+        load_contract(None, ["decide.model={coefficients: {shoe_size: 1.0}}"], search=False)
+    with pytest.raises(ContractError, match=r"decide\.model\.coefficients"):
+        load_contract(None, ["decide.model={coefficients: {}}"], search=False)
+
+
+# ---- signals in the pipeline ------------------------------------------------------------------
+DOCS = {
+    "storage.md": "# Storage\n\nThe storage quota is 50 GB. When the quota is full, uploads pause.\n",
+    "proxy.md": "# Proxy\n\nA proxy that replaces the TLS certificate breaks the connection.\n",
+    "refund.md": "# Refunds\n\nA refund is available within 14 days of purchase.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, fake_embedder):
+    base = tmp_path_factory.mktemp("answerability")
+    for name, text in DOCS.items():
+        write(base / "docs" / name, text)
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder).failed
+    return store
+
+
+def test_absent_share_weighs_terms_by_idf_and_informativeness(small, fake_embedder):
+    from kbtool.query.signals import informativeness
+
+    c = load_contract(None, ["decide.model=null"], search=False)
+    a = retrieve(small, c, "zorblax storage quota", embedder=fake_embedder)
+    n = 3  # chunks
+    idf = lambda df: math.log(1 + (n - df + 0.5) / (df + 0.5))  # Lucene's IDF
+    w = {t: idf(df) * informativeness(t) for t, df in (("zorblax", 0), ("storage", 1), ("quota", 1))}
+    assert informativeness("zorblax") == 1.0 and informativeness("the") == 0.0
+    assert a.signals["absent_kb"] == pytest.approx(w["zorblax"] / sum(w.values()), abs=1e-4)
+    assert set(a.signals) == set(FEATURES)
+    # every term in the knowledge base and in the top hit: nothing absent
+    b = retrieve(small, c, "storage quota full", embedder=fake_embedder)
+    assert b.signals["absent_kb"] == 0.0 and b.signals["absent_top"] == 0.0
+    assert b.hits[0].doc_id == "storage.md"
+    # an everyday word the documents lack ('my') weighs nothing
+    assert retrieve(small, c, "my storage quota", embedder=fake_embedder).signals["absent_kb"] == 0.0
+
+
+def test_a_contract_model_decides_on_probability_and_reports_signals(small, fake_embedder):
+    model = "decide.model={coefficients: {absent_kb: -10.0}, intercept: 5.0}"
+    c = load_contract(None, [model, "decide.tiers={}", "decide.thresholds.answer=0.5",
+                             "decide.thresholds.low_confidence=0.5"], search=False)
+    known = retrieve(small, c, "storage quota full", embedder=fake_embedder)
+    unknown = retrieve(small, c, "zorblax glimfrop", embedder=fake_embedder)
+    assert known.confidence == pytest.approx(1 / (1 + math.exp(-5.0)), abs=1e-4) and known.decision == "answer"
+    assert unknown.signals["absent_kb"] == 1.0
+    assert unknown.confidence == pytest.approx(1 / (1 + math.exp(5.0)), abs=1e-4) and unknown.decision == "refuse"
+    assert unknown.to_dict()["signals"] == unknown.signals
+
+
+# ---- calibrate fits it --------------------------------------------------------------------------
+TOPICS = {
+    "sync": "The agent retries a failed sync every 30 seconds after a network timeout.",
+    "quota": "When the storage quota is full, uploads pause until files are removed.",
+    "proxy": "A proxy that replaces the TLS certificate makes every connection fail.",
+    "conflict": "When two people edit one file, a conflict copy is kept beside the original.",
+    "license": "A rejected license key means the seat count of the plan is exceeded.",
+    "rename": "A folder renamed on one side and deleted on the other is restored.",
+    "readonly": "A read only disk stops the local index from being written.",
+    "refund": "A refund is available within fourteen days of purchase.",
+    "invite": "An administrator invites members from the workspace settings page.",
+    "backup": "Deleted files stay in the trash for thirty days before removal.",
+    "bandwidth": "The upload bandwidth limit is set in kilobytes per second.",
+    "logs": "The support bundle collects the agent logs of the last seven days.",
+}
+UNANSWERABLE = ["How do I pay with PayPal?", "Is there a dark mode for the Klingon interface?",
+                "Can Zapier trigger a Kubernetes deployment?", "Where is the office in Oslo?",
+                "Does it integrate with Salesforce CRM?", "What is the GraphQL schema?",
+                "How do I enable Bluetooth pairing?", "Can I mount it over WebDAV?",
+                "What does the Platinum tier cost?", "Is there a Tamagotchi mode?",
+                "Which Terraform provider manages it?", "How do I export to Figma?"]
+
+
+def _set(base, n_unanswerable):
+    lines = []
+    for name, text in TOPICS.items():
+        write(base / "docs" / f"{name}.md", f"# {name.title()}\n\n{text}\n")
+        words = text.lower().rstrip(".").split()
+        lines.append({"id": f"a-{name}", "question": " ".join(words[1:7]) + "?",
+                      "relevant": [{"doc": f"{name}.md", "evidence": text[:30]}]})
+        lines.append({"id": f"b-{name}", "question": "what about " + " ".join(words[-5:]) + "?",
+                      "relevant": [f"{name}.md"]})
+    for i, q in enumerate(UNANSWERABLE[:n_unanswerable]):
+        lines.append({"id": f"u{i}", "question": q, "relevant": []})
+    return write(base / f"q{n_unanswerable}.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory, fake_embedder):
+    base = tmp_path_factory.mktemp("labelled")
+    paths = {n: _set(base, n) for n in (12, 6)}
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder).failed
+    return store, paths
+
+
+def test_calibrate_fits_a_model_and_eval_of_the_written_contract_agrees(labelled, fake_embedder):
+    from kbtool.evaluation.calibrate import written_contract
+    from kbtool.evaluation.evaluate import EvalConfig, evaluate
+
+    store, paths = labelled
+    c = load_contract(None, ["decide.model=null"], search=False)
+    qs = load_questions(paths[12])
+    r = calibrate(store, qs, c, embedder=fake_embedder, folds=3)
+    a = r.answerability
+    assert a["fitted"] and r.model is not None
+    assert set(r.model["coefficients"]) == set(FEATURES)
+    assert a["oof"]["auc"] > 0.8  # these unanswerable questions name what no document holds
+    assert r.model["fitted_on"]["unanswerable"] == 12 and r.model["fitted_on"]["oof"]["auc"] == a["oof"]["auc"]
+    ht = a["heldout_thresholds"]
+    assert ht["unanswerable"] == 12 and ht["answerable"] == 24 and ht["refusal_interval"][0] <= ht["refusal_rate"]
+    # the written contract decides on P(answerable); eval of it reproduces calibrate's record
+    new = written_contract(c, r.adopted, r.proposed, r.thresholds, r.model)
+    assert new.decide.model is not None and new.decide.model.coefficients == r.model["coefficients"]
+    report = evaluate(store, qs, EvalConfig(modes=["contract"]), contract=new, embedder=fake_embedder)
+    assert report.refusal()["contract"]["correctly_refused"] == r.verification["refusal"]["correctly_refused"]
+    assert r.appendix["answerability"]["oof"]["auc"] == a["oof"]["auc"]
+
+
+def test_too_few_unanswerable_questions_fit_no_model_and_say_how_to_write_them(labelled, fake_embedder):
+    store, paths = labelled
+    c = load_contract(None, ["decide.model=null"], search=False)
+    r = calibrate(store, load_questions(paths[6]), c, embedder=fake_embedder, folds=3)
+    assert r.model is None and not r.answerability["fitted"]
+    note = next(n for n in r.notes if "answerability model needs" in n)
+    assert "6 unanswerable" in note and "name what the knowledge base does not cover" in note
+    assert r.thresholds is not None  # thresholds on the best hit's confidence, as before
