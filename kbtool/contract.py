@@ -206,7 +206,7 @@ class Context(_Strict):
 
 # ---- 5. confidence and tiers ----------------------------------------------------------------
 class Thresholds(_Strict):
-    answer: float = Field(0.5, ge=0, le=1, description="top confidence at or above: answer")
+    answer: float = Field(0.5, ge=0, le=1, description="P(answerable) (without decide.model: the top hit's confidence) at or above: answer")
     low_confidence: float = Field(
         0.4, ge=0, le=1, description="at or above (and below answer): answer with an uncertainty notice; below: refuse")
 

@@ -103,13 +103,14 @@ def test_threshold_choice_on_hand_made_confidences():
     assert t > 0.65 and fa == 0 and met
     t, fa, fr, met = _pick(np.array([0.5, 0.6]), np.array([0.7, 1.0, 1.0]), 0.0, None)  # cannot be met
     assert not met
-    # answer: the lowest threshold answering at most 5 % of unanswerable questions without the notice
-    u = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
-    a = _answer_threshold(0.3, u)
-    assert (u >= a).mean() <= 0.05 and a > 0.95
-    u20 = np.linspace(0.05, 0.6, 20)
-    a = _answer_threshold(0.1, u20)
-    assert (u20 >= a).sum() == 1 and a <= 0.6 + 1e-3
+    # answer: the lowest threshold at which at most 5 % of the plainly answered questions are unanswerable
+    a20 = [0.5, 0.6, 0.7, 0.8, 0.9] * 4
+    # at 0.5: 2 of 22 unanswerable; 0.55: 2 of 18; 0.6: 1 of 17 (5.9 %); 0.7: 1 of 13; ... 0.95: 1 of 1
+    assert _answer_threshold(0.3, a20, [0.55, 0.95]) == pytest.approx(0.9501)
+    # 1 of 21 (4.8 %) at 0.6: the 0.55 one gets the notice
+    assert _answer_threshold(0.3, a20 + [0.9] * 4, [0.55, 0.95]) == 0.6
+    assert _answer_threshold(0.3, a20, []) == 0.3  # nothing unanswerable: no notice needed above refusal
+    assert _answer_threshold(0.3, [0.2], [0.1]) == 0.3  # none at or above low: low
 
 
 def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_path, monkeypatch):

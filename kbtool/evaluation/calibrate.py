@@ -21,7 +21,8 @@ Choosing:
 - thresholds, from each question's top confidence under the final fusion (``Answer.confidence``,
   what ``decide`` sees at query time): ``low_confidence`` (refuse below) maximises balanced
   accuracy of refuse-vs-answer, or meets ``max_false_answer`` / ``max_false_refusal``; ``answer``
-  is the lowest threshold that answers at most 5 % of unanswerable questions without a notice. A
+  is the lowest threshold at which at most 5 % of the questions answered without the notice are
+  unanswerable. A
   tier (identifier, cjk) with at least ``MIN_TIER`` questions of each kind gets its own
   thresholds; a question's tier is the one ``Contract.thresholds_for`` picks. Fewer than
   ``MIN_UNANSWERABLE`` unanswerable questions: no thresholds are proposed, and the result says how
@@ -339,6 +340,10 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     if model is not None and thresholds:
         answerability["heldout_thresholds"] = _heldout_rates(items, conf, folds, seed, max_false_answer,
                                                              max_false_refusal)
+    if thresholds:
+        answerability["mistakes"] = _mistakes(final, items, conf, thresholds, answerability.pop("signals"))
+    else:
+        answerability.pop("signals")
     curves = {}
     final_cfg = Config(proposed["method"], proposed["normalization"], proposed["rrf_k"])
     curve_cfg = final_cfg if final_cfg in CONFIGS else chosen_cfg
@@ -435,17 +440,20 @@ def _pick(ans, unans, max_fa, max_fr) -> tuple[float, float, float, bool]:
     return (*max(scored, key=lambda s: ((1 - s[1]) + (1 - s[2]), -s[0])), True)
 
 
-def _answer_threshold(low: float, unans, share: float = 0.05) -> float:
-    """The lowest threshold at or above ``low`` that answers (without the notice) at most ``share``
-    of the unanswerable questions."""
-    if not len(unans):
-        return low
-    allowed = int(math.floor(share * len(unans) + 1e-9))
-    ordered = np.sort([0.0 if c is None else c for c in unans])  # None: refused at any threshold
-    if allowed >= len(ordered):
-        return low
-    t = float(ordered[len(ordered) - allowed - 1]) + 1e-4  # that one and all below it get the notice
-    return round(min(1.0, max(low, t)), 4)
+def _answer_threshold(low: float, ans, unans, share: float = 0.05) -> float:
+    """The lowest threshold at or above ``low`` at which at most ``share`` of the questions answered
+    without the notice (at or above it) are unanswerable: an answer given plainly is wrong at most
+    that often, at the question set's mix. None values (nothing retrieved) are never answered."""
+    ans = [float(c) for c in ans if c is not None]
+    unans = [float(c) for c in unans if c is not None]
+    if not unans:
+        return round(low, 4)
+    for t in sorted({low, *(c for c in (*ans, *unans) if c >= low)}):
+        a = sum(1 for c in ans if c >= t)
+        u = sum(1 for c in unans if c >= t)
+        if a + u and u <= share * (a + u) + 1e-12:
+            return round(t, 4)
+    return round(min(1.0, max(low, max(unans) + 1e-4)), 4)
 
 
 def _tiers(contract, items, notes: list[str]) -> dict[int, str]:
@@ -497,7 +505,7 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
         if not met:
             notes.append(f"{name}: the target cannot be met on these questions; the closest threshold is used "
                          f"(false answers {fa:.0%}, false refusals {fr:.0%})")
-        return {"answer": _answer_threshold(low, u), "low_confidence": round(low, 4), "false_answer": round(fa, 4),
+        return {"answer": _answer_threshold(low, a, u), "low_confidence": round(low, 4), "false_answer": round(fa, 4),
                 "false_refusal": round(fr, 4), "answerable": len(a), "unanswerable": len(u)}
 
     tier = _tiers(contract, items, notes)
@@ -532,7 +540,7 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
     answers = [it.answer(plain) for it in items]
     y = np.array([1 if it.q.answerable else 0 for it in items])
     X = np.array([[a.signals.get(f, 0.0) for f in FEATURES] for a in answers])
-    report: dict = {"features": list(FEATURES), "notes": [],
+    report: dict = {"features": list(FEATURES), "notes": [], "signals": {id(it): a.signals for it, a in zip(items, answers)},
                     "signal_auc": {f: _round(am.auc(y, X[:, i])) for i, f in enumerate(FEATURES)},
                     "confidence": am.quality(y, [a.confidence or 0.0 for a in answers])}
     n_ans, n_un = int(y.sum()), int((y == 0).sum())
@@ -558,6 +566,27 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
     model = AnswerabilityModel.model_validate(fitted.to_contract(fitted_on))
     report["coefficients"] = dict(model.coefficients)
     return model, {id(it): round(float(p), 4) for it, p in zip(items, oof)}, report
+
+
+def _mistakes(contract, items, conf, thresholds: dict, signals: dict) -> dict:
+    """Questions the written thresholds decide wrongly (refused answerable, answered unanswerable),
+    on the values they were chosen on (out-of-fold P(answerable) with a model), with their signals."""
+    from ..contract import Thresholds
+    from ..query.decide import decide
+
+    tiers = {n: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"]) for n, t in thresholds["tiers"].items()}
+    d = thresholds["default"]
+    written = _with_tiers(contract, tiers)
+    written = written.model_copy(update={"decide": written.decide.model_copy(update={"thresholds": Thresholds(
+        answer=d["answer"], low_confidence=d["low_confidence"])})})
+    out: dict = {"wrongly_refused": [], "wrongly_answered": []}
+    for it in items:
+        refused = decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1]) == "refuse"
+        if refused == it.q.answerable:
+            kind = "wrongly_refused" if refused else "wrongly_answered"
+            out[kind].append({"id": it.q.id, "question": it.q.question, "value": conf[id(it)],
+                              "signals": signals[id(it)]})
+    return out
 
 
 def _round(x):

@@ -453,7 +453,7 @@ def write_trace(path: str | Path, answers: list[Answer], contract, seconds: floa
                     "processed": a.processed.to_dict(), "types": a.processed.types, "weights": a.weights,
                     "method": a.method, "filters": a.filters, **a.trace,
                     "hits": [[h.chunk_id, h.score, h.confidence] for h in a.hits],
-                    "decision": a.decision, "confidence": a.confidence, "tier": a.tier,
+                    "decision": a.decision, "confidence": a.confidence, "tier": a.tier, "signals": a.signals,
                     "total_ms": round(seconds * 1000 / max(1, len(answers)), 2),
                 }
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
