@@ -253,9 +253,15 @@ def test_default_contract_beats_single_retrievers_and_refuses_most_unanswerable(
     # identifier questions: the per-type rule does at least as well as plain RRF
     assert report.mean("contract", "mrr@10", "exact-id") >= report.mean("hybrid", "mrr@10", "exact-id")
     r = report.refusal()["contract"]
-    # 7 of 14 with Lucene's IDF (8 with Robertson's): q091 "What new features are in release 3.6.0?"
-    # rose from confidence 0.337 to 0.353, past the identifier tier's refuse threshold 0.35
-    assert r["correctly_refused"] >= r["unanswerable"] / 2
+    # The set's first 98 questions: 7 of 14 with Lucene's IDF (8 with Robertson's): q091 "What new
+    # features are in release 3.6.0?" rose from confidence 0.337 to 0.353, past the identifier
+    # tier's refuse threshold 0.35
+    unans = [q for q in report.results if not q.question.answerable and q.question.id <= "q098"]
+    assert len(unans) == 14 and sum(q.modes["contract"].refused for q in unans) >= len(unans) / 2
+    # q099-q110 (issue 16: 6 naming things the corpus never mentions, 6 near misses) are harder: the
+    # built-in thresholds refuse only q105 of them, 8 of 26 in all (2026-12-01); a fitted
+    # answerability model should lift this floor
+    assert r["unanswerable"] == 26 and r["correctly_refused"] >= r["unanswerable"] / 4
     assert r["wrongly_refused"] < r["answerable"] / 2  # reported, and not most
 
 
