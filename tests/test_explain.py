@@ -164,9 +164,12 @@ def test_a_restricted_caller_reads_the_same_words_for_a_secret_and_an_unknown_te
     secret = retrieve(kb, c, "Which grimbleflax opens the vault?", embedder=embedder, principal="bob")
     unknown = retrieve(kb, c, "Which zqxwvutsr opens the vault?", embedder=embedder, principal="bob")
     assert "grimbleflax" in secret.explanation["missing_terms"]
-    assert "no chunk in scope mentions 'grimbleflax'" in secret.explanation["message"]
+    assert "the knowledge base never mentions 'grimbleflax'" in secret.explanation["message"]  # no word of a limit
     assert secret.explanation["message"].replace("grimbleflax", "zqxwvutsr") == unknown.explanation["message"]
     assert "secret" not in json.dumps(secret.to_dict(with_trace=True))
+    filtered = retrieve(kb, c, "Which zqxwvutsr opens the vault?", embedder=embedder, principal="bob",
+                        filters=["dir=deploy/**"])
+    assert "no chunk the filters allow mentions 'zqxwvutsr'" in filtered.explanation["message"]
 
 
 # ---- one rounding ------------------------------------------------------------------------------

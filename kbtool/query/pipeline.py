@@ -376,7 +376,7 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
         parts.append(f"confidence {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
                      f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
     if missing:
-        parts.append(_never_mentions(cands.processed.text, missing, scoped=sc.allowed is not None))
+        parts.append(_never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
     if best is not None:
         label = "nearest miss" if decision == "refuse" else "best match"
         parts.append(f"{label}: {where} at relevance {shown(best.confidence, limits)}")
@@ -384,7 +384,7 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
     return out
 
 
-def _never_mentions(question: str, missing: list[str], scoped: bool) -> str:
+def _never_mentions(question: str, missing: list[str], filtered: bool) -> str:
     """"the knowledge base never mentions 'Mangum' or 'Lambda'": each term as the question spells it."""
     import re
 
@@ -396,8 +396,9 @@ def _never_mentions(question: str, missing: list[str], scoped: bool) -> str:
     names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     if len(missing) > 4:
         names += f" (and {len(missing) - 4} more)"
-    # filters or access narrow the search: say so, without a word about what lies outside it
-    return ("no chunk in scope mentions " if scoped else "the knowledge base never mentions ") + names
+    # Filters narrow the search, and the caller chose them. Access does too, but a restricted
+    # caller reads exactly what it would over a store of its documents alone: no word of a limit.
+    return ("no chunk the filters allow mentions " if filtered else "the knowledge base never mentions ") + names
 
 
 def _word_embedder(store, cands):
