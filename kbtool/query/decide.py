@@ -160,3 +160,36 @@ def shown(x: float, against=()) -> str:
 def shown_threshold(t: float) -> str:
     """A threshold with two decimals, more only when it has them (0.40, 0.455)."""
     return f"{t:.2f}" if abs(round(t, 2) - t) < 1e-12 else f"{t:g}"
+
+
+def never_mentions(question: str, missing: list[str], filtered: bool) -> str:
+    """"the knowledge base never mentions 'Mangum' or 'Lambda'": each term as the question spells it."""
+    def spelled(term: str) -> str:
+        m = re.search(r"(?<!\w)" + re.escape(term) + r"(?!\w)", question, re.IGNORECASE)
+        return repr(m.group(0) if m else term)
+
+    names = [spelled(t) for t in missing[:4]]
+    names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    if len(missing) > 4:
+        names += f" (and {len(missing) - 4} more)"
+    # Filters narrow the search, and the caller chose them. Access does too, but a restricted
+    # caller reads exactly what it would over a store of its documents alone: no word of a limit.
+    return ("no chunk the filters allow mentions " if filtered else "the knowledge base never mentions ") + names
+
+
+def word_embedder(store, retrievers):
+    """The store's model for the suggestions' meaning check, when the query already used it: a
+    local model is loaded once per process (``load_embedder`` caches it), so embedding a few words
+    costs milliseconds. An endpoint model is not called for this (a request per refusal, and a
+    test's fake endpoint must never be), nor is a model loaded for a BM25-only query."""
+    if "dense" not in retrievers:
+        return None
+    try:
+        spec = store.embedding_spec()
+        if spec.backend == "http":
+            return None
+        from ..embed import load_embedder
+
+        return load_embedder(spec)
+    except Exception:  # no model at hand: spelling alone decides (stricter)
+        return None

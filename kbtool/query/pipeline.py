@@ -348,7 +348,7 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
     ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix). The message calls
     the first "confidence" and the second "relevance"; every number in it is rounded by
     ``decide.shown`` against the thresholds, as the query table rounds them."""
-    from .decide import shown, shown_threshold
+    from .decide import never_mentions, shown, shown_threshold, word_embedder
 
     if value is None and best is not None:
         value = best.confidence
@@ -366,7 +366,7 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
     if explain and "bm25" in store_retrievers(store):
         missing = missing_terms(store, cands.processed, cands.query_terms, sc.allowed)
         out["missing_terms"] = missing
-        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters, _word_embedder(store, cands))
+        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters, word_embedder(store, cands.retrievers))
     parts = []
     if value is None:
         parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))
@@ -376,47 +376,12 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
         parts.append(f"confidence {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
                      f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
     if missing:
-        parts.append(_never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
+        parts.append(never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
     if best is not None:
         label = "nearest miss" if decision == "refuse" else "best match"
         parts.append(f"{label}: {where} at relevance {shown(best.confidence, limits)}")
     out["message"] = "; ".join(parts)
     return out
-
-
-def _never_mentions(question: str, missing: list[str], filtered: bool) -> str:
-    """"the knowledge base never mentions 'Mangum' or 'Lambda'": each term as the question spells it."""
-    import re
-
-    def spelled(term: str) -> str:
-        m = re.search(r"(?<!\w)" + re.escape(term) + r"(?!\w)", question, re.IGNORECASE)
-        return repr(m.group(0) if m else term)
-
-    names = [spelled(t) for t in missing[:4]]
-    names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-    if len(missing) > 4:
-        names += f" (and {len(missing) - 4} more)"
-    # Filters narrow the search, and the caller chose them. Access does too, but a restricted
-    # caller reads exactly what it would over a store of its documents alone: no word of a limit.
-    return ("no chunk the filters allow mentions " if filtered else "the knowledge base never mentions ") + names
-
-
-def _word_embedder(store, cands):
-    """The store's model for the suggestions' meaning check, when the query already used it: a
-    local model is loaded once per process (``load_embedder`` caches it), so embedding a few words
-    costs milliseconds. An endpoint model is not called for this (a request per refusal, and a
-    test's fake endpoint must never be), nor is a model loaded for a BM25-only query."""
-    if "dense" not in cands.retrievers:
-        return None
-    try:
-        spec = store.embedding_spec()
-        if spec.backend == "http":
-            return None
-        from ..embed import load_embedder
-
-        return load_embedder(spec)
-    except Exception:  # no model at hand: spelling alone decides (stricter)
-        return None
 
 
 def store_retrievers(store) -> tuple[str, ...]:
