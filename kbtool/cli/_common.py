@@ -269,6 +269,26 @@ def load_contract_opt(path: Optional[Path], sets: Optional[List[str]]):
     return load_contract(path, sets or [])
 
 
+def contract_source(path: Optional[Path], contract=None) -> dict:
+    """Which contract is in force: {"path": the file (None: the built-in one), "version":
+    contract_version, "calibrated": the date `kbtool calibrate --write` recorded, or None}.
+    ``contract`` is the loaded contract when the caller has it (else the file is read again)."""
+    from ..contract import find_contract, load_contract
+
+    source = find_contract(path)
+    if contract is None:
+        contract = load_contract(path)
+    date = (contract.calibration or {}).get("date") if isinstance(contract.calibration, dict) else None
+    return {"path": None if source is None else str(source), "version": contract.contract_version,
+            "calibrated": str(date)[:10] if date else None}
+
+
+def contract_line(source: dict, overridden: bool = False) -> str:
+    """'contract: kbtool.yaml (version 3)' or 'contract: built-in (version 1)', for a console."""
+    extra = (f", calibrated {source['calibrated']}" if source.get("calibrated") else "") + (", with --set overrides" if overridden else "")
+    return f"contract: {source['path'] or 'built-in'} (version {source['version']}{extra})"
+
+
 StemmerOpt = Annotated[
     Optional[str],
     typer.Option("--stemmer", help="BM25 stemmer for Latin words: english (Snowball; any PyStemmer language) or none [default: the store's; new stores: none]. A change rebuilds BM25 only."),

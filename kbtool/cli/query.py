@@ -5,8 +5,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, err, handle_errors, load_contract_opt,
-                      open_store, out, print_json, visible)
+from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, contract_line, contract_source, err,
+                      handle_errors, load_contract_opt, open_store, out, print_json, visible)
 
 
 @app.command()
@@ -37,7 +37,9 @@ def query(
 
     if not clean(text):
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
-    c = contract_for_mode(load_contract_opt(contract, set_), mode)
+    loaded = load_contract_opt(contract, set_)
+    source = contract_source(contract, loaded)
+    c = contract_for_mode(loaded, mode)
     if base_url:
         if not base_url.startswith(("http://", "https://")):
             raise typer.BadParameter("write the site's address, e.g. https://docs.example.com/", param_hint="--base-url")
@@ -55,12 +57,13 @@ def query(
     for warning in ans.explanation.get("filter_warnings", []):
         err.print(f"warning: {visible(warning)}", highlight=False, markup=False)
     if json_:
-        print_json(ans.to_dict())
+        print_json({**ans.to_dict(), "contract": source})
         return
     if context:
         out.file.write(visible(ans.context) if out.is_terminal else ans.context)
         return
     _render(ans, mode)
+    out.print(contract_line(source, bool(set_)), style="dim", highlight=False, markup=False)
 
 
 def _render(ans, mode: str) -> None:
@@ -68,14 +71,15 @@ def _render(ans, mode: str) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ..query.decide import shown
+
     ex = ans.explanation
+    limits = tuple(ans.thresholds.values())  # rounded as the verdict rounds them: 0.499, never 0.50
     colour = {"answer": "green", "low_confidence": "yellow", "refuse": "red"}[ans.decision]
     line = Text(f"{ans.decision}", style=f"bold {colour}")
     line.append(f"  {visible(ex.get('message', ''))}", style="")
     if ans.decision == "refuse":
-        out.print(line, highlight=False)
-        for term in ex.get("missing_terms", [])[:8]:
-            out.print(f"  no chunk contains {visible(repr(term))}", highlight=False, markup=False)
+        out.print(line, highlight=False)  # the message names the missing terms
         for s in ex.get("suggestions", []):
             out.print(f"  suggestion: {visible(s)}", highlight=False, markup=False)
         return
@@ -94,6 +98,6 @@ def _render(ans, mode: str) -> None:
         if h.section_path:
             source.append(f"\n{visible(h.section_path)}", style="cyan")
         snippet = visible(" ".join(h.text.split()))
-        table.add_row(str(h.rank), f"{h.confidence:.2f}", source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
+        table.add_row(str(h.rank), shown(h.confidence, limits), source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
     out.print(table)
     out.print(line, highlight=False)

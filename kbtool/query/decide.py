@@ -50,6 +50,13 @@ def decide(top_confidence: float | None, thresholds) -> str:
     return "answer"
 
 
+# Words a question is phrased with, never its subject: a knowledge base without "how" misses nothing.
+# (The BM25 stopword list is bm25s' 33 words, which keeps these.)
+PHRASING = frozenset("""how what why when where which who whom whose can could should would does did
+you your yours our ours we us me my mine has have had may might must shall will please tell explain
+mean means meaning anyone someone something anything there here about does doing done get got""".split())
+
+
 def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) -> list[str]:
     """Exact identifiers and query terms that no (permitted) chunk contains."""
     out: list[str] = []
@@ -61,7 +68,7 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
     covered = " ".join(out).lower()
     vocab = None
     for term in dict.fromkeys(terms):
-        if term in covered or len(term) < 3 or index.has_term(term, mask):
+        if term in covered or len(term) < 3 or term in PHRASING or index.has_term(term, mask):
             continue
         if len(term) >= 4:
             vocab = vocab if vocab is not None else index.vocabulary()
@@ -72,26 +79,127 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
     return out
 
 
-def suggestions(store, missing: list[str], allowed: set[str] | None, filters: list[str]) -> list[str]:
-    """Close terms from the index vocabulary (only terms a permitted chunk holds), and a broader filter."""
+# A word suggestion must mean what the missing word means: cosine of the two words' embeddings
+# (bundled all-MiniLM-L6-v2) at least this. Measured: colour/color 0.97, synchronise/synchronize
+# 0.96, licence/license 0.92, webhok/webhook 0.89, login/logon 0.85, recieve/receive 0.67; and
+# admin/adman 0.44, quota/quote 0.38, rate/rather 0.30, helm/help 0.22, mount/amount 0.22.
+MEANING = 0.5
+
+
+def suggestions(store, missing: list[str], allowed: set[str] | None, filters: list[str],
+                embedder=None) -> list[str]:
+    """Index terms close to each missing term (only terms a permitted chunk holds), and a broader filter.
+
+    An identifier's siblings share the part before its digits (zeta-9931 -> zeta-4410). A plain
+    number gets none (3000 is not 300). A word's candidates must be close in spelling and, with
+    ``embedder``, in meaning (cosine >= ``MEANING``), or be a misspelling: one edit from a word the
+    model knows whole while it splits the missing word into more pieces (paswsord -> password,
+    whose embeddings the model does not relate). Without an embedder (a BM25-only store, an
+    endpoint model not called for this), only a misspelling qualifies."""
     out: list[str] = []
     index = store.bm25()
     mask = index.mask(allowed) if allowed is not None else None
     vocab = index.vocabulary()
+    found: list[tuple[str, bool, list[str]]] = []  # (term, is a word, candidates close in spelling)
     for term in missing[:5]:
         word = term.lower()
+        if re.fullmatch(r"[\d.,:/-]+", word):
+            continue  # a number or a date: a different one is a different fact
         stem = re.match(r"\D*", word).group(0)
         if stem != word and len(stem) >= 2:
-            # an identifier: its siblings share the part before the digits (zeta-9931 -> zeta-4410)
             pool = [v for v in vocab if v.startswith(stem) and v != stem]
-            cutoff = 0.3
+            close = difflib.get_close_matches(word, pool, n=6, cutoff=0.3)
         else:
-            pool = [v for v in vocab if v[:1] == word[:1] and abs(len(v) - len(word)) <= 3]
-            cutoff = 0.75
-        close = [c for c in difflib.get_close_matches(word, pool, n=6, cutoff=cutoff)
-                 if c != word and index.has_term(c, mask)][:3]
-        if close:
-            out.append(f"no chunk contains {term!r}; the index has: {', '.join(close)}")
+            pool = [v for v in vocab if v[:1] == word[:1] and abs(len(v) - len(word)) <= 3 and not v.isdigit()]
+            close = difflib.get_close_matches(word, pool, n=6, cutoff=0.75)
+        found.append((term, stem == word or len(stem) < 2, [c for c in close if c != word and index.has_term(c, mask)]))
+    similar = _meaning(embedder, [(t.lower(), c) for t, is_word, cs in found if is_word for c in cs])
+    for term, is_word, close in found:
+        if is_word:
+            close = [c for c in close if similar.get((term.lower(), c)) or _misspelling(embedder, term.lower(), c)]
+        if close[:3]:
+            out.append(f"instead of {term!r}, the index has: {', '.join(close[:3])}")
     for spec in filters:
         out.append(f"the filter {spec} narrows the search: try without it")
     return out
+
+
+def _meaning(embedder, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], bool]:
+    """Whether each (word, candidate) pair is close in meaning: one batch through the model."""
+    if embedder is None or not pairs:
+        return {}
+    words = list(dict.fromkeys(w for pair in pairs for w in pair))
+    vecs = dict(zip(words, embedder.embed_queries(words)))
+    return {(a, b): float(vecs[a] @ vecs[b]) >= MEANING for a, b in pairs}
+
+
+def _misspelling(embedder, word: str, candidate: str) -> bool:
+    if len(word) < 5 or _edits(word, candidate) != 1:
+        return False
+    if embedder is None:
+        return True
+    count = getattr(embedder, "count_tokens", None)
+    return count is not None and count(word) > count(candidate)
+
+
+def _edits(a: str, b: str) -> int:
+    """Edit distance with adjacent transpositions (optimal string alignment)."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def shown(x: float, against=()) -> str:
+    """One rounding rule for every number a person reads beside a threshold (the verdict and the
+    query table): two decimals, and as many more as it takes for the shown number to stand on
+    the same side of each threshold in ``against`` as the number itself (0.499 < 0.5, never
+    '0.50 is below 0.5')."""
+    for digits in range(2, 7):
+        text = f"{x:.{digits}f}"
+        if all((float(text) < t) == (x < t) for t in against):
+            return text
+    return repr(x)
+
+
+def shown_threshold(t: float) -> str:
+    """A threshold with two decimals, more only when it has them (0.40, 0.455)."""
+    return f"{t:.2f}" if abs(round(t, 2) - t) < 1e-12 else f"{t:g}"
+
+
+def never_mentions(question: str, missing: list[str], filtered: bool) -> str:
+    """"the knowledge base never mentions 'Mangum' or 'Lambda'": each term as the question spells it."""
+    def spelled(term: str) -> str:
+        m = re.search(r"(?<!\w)" + re.escape(term) + r"(?!\w)", question, re.IGNORECASE)
+        return repr(m.group(0) if m else term)
+
+    names = [spelled(t) for t in missing[:4]]
+    names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    if len(missing) > 4:
+        names += f" (and {len(missing) - 4} more)"
+    # Filters narrow the search, and the caller chose them. Access does too, but a restricted
+    # caller reads exactly what it would over a store of its documents alone: no word of a limit.
+    return ("no chunk the filters allow mentions " if filtered else "the knowledge base never mentions ") + names
+
+
+def word_embedder(store, retrievers):
+    """The store's model for the suggestions' meaning check, when the query already used it: a
+    local model is loaded once per process (``load_embedder`` caches it), so embedding a few words
+    costs milliseconds. An endpoint model is not called for this (a request per refusal, and a
+    test's fake endpoint must never be), nor is a model loaded for a BM25-only query."""
+    if "dense" not in retrievers:
+        return None
+    try:
+        spec = store.embedding_spec()
+        if spec.backend == "http":
+            return None
+        from ..embed import load_embedder
+
+        return load_embedder(spec)
+    except Exception:  # no model at hand: spelling alone decides (stricter)
+        return None

@@ -357,39 +357,48 @@ def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
 
 
 def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None) -> dict:
-    """Why this decision: the hit with the top confidence against the thresholds, and on a
-    refusal or low confidence, the query terms no permitted chunk holds and what to try.
+    """Why this decision: the value ``decide`` compared with the thresholds, and on a refusal or
+    low confidence, the question's terms no permitted chunk holds and the nearest miss, cited.
 
     ``value`` is what ``decide`` compared with the thresholds (``Answer.confidence``: the
     answerability probability when the contract has a model, else the best hit's confidence);
-    ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix)."""
+    ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix). The message calls
+    the first "confidence" and the second "relevance"; every number in it is rounded by
+    ``decide.shown`` against the thresholds, as the query table rounds them."""
+    from .decide import never_mentions, shown, shown_threshold, word_embedder
+
+    if value is None and best is not None:
+        value = best.confidence
+    limits = (th.answer, th.low_confidence)
     out: dict = {
-        "best": None if best is None else {"rank": best.rank, "doc_id": best.doc_id,
+        "best": None if best is None else {"rank": best.rank, "doc_id": best.doc_id, "citation": best.citation,
                                            "section_path": best.section_path, "confidence": best.confidence},
     }
-    top = _floor(best.confidence) if best else None
+    where = "" if best is None else best.citation or best.doc_id
     if decision == "answer":
-        out["message"] = f"confidence {top:.2f} ≥ answer threshold {th.answer:g}"
+        out["message"] = (f"confidence {shown(value, limits)} ≥ answer threshold {shown_threshold(th.answer)}"
+                          + (f"; best: {where}" if where else ""))
         return out
-    if best is None:
-        out["message"] = "no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else "")
-    elif decision == "refuse":
-        out["message"] = (f"nearest miss: {best.doc_id}" + (f" › {best.section_path}" if best.section_path else "")
-                          + f" at confidence {top:.2f}, below the refuse threshold {th.low_confidence:g}")
-    else:
-        out["message"] = (f"best match {best.doc_id}" + (f" › {best.section_path}" if best.section_path else "")
-                          + f" at confidence {top:.2f} is below the answer threshold {th.answer:g} "
-                          f"(refuse below {th.low_confidence:g}): the answer may not be in these sources")
+    missing = None
     if explain and "bm25" in store_retrievers(store):
         missing = missing_terms(store, cands.processed, cands.query_terms, sc.allowed)
         out["missing_terms"] = missing
-        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters)
+        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters, word_embedder(store, cands.retrievers))
+    parts = []
+    if value is None:
+        parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))
+    elif decision == "refuse":
+        parts.append(f"confidence {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}")
+    else:
+        parts.append(f"confidence {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
+                     f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
+    if missing:
+        parts.append(never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
+    if best is not None:
+        label = "nearest miss" if decision == "refuse" else "best match"
+        parts.append(f"{label}: {where} at relevance {shown(best.confidence, limits)}")
+    out["message"] = "; ".join(parts)
     return out
-
-
-def _floor(x: float) -> float:
-    """Two decimals, rounded down: 0.3963 shows as 0.39, never as the 0.40 it is below."""
-    return math.floor(x * 100 + 1e-9) / 100
 
 
 def store_retrievers(store) -> tuple[str, ...]:

@@ -21,12 +21,19 @@ IDENTIFIER_PATTERNS: list[tuple[str, re.Pattern]] = [
     ("quoted", re.compile(r"\"([^\"]{2,})\"|`([^`]{2,})`|“([^”]{2,})”")),
     ("api_path", re.compile(r"(?<![\w/])/(?:[\w{}.-]+/)*[\w{}.-]+")),
     ("error_code", re.compile(r"\b[A-Z][A-Z0-9]*-[A-Z0-9-]*\d[A-Z0-9-]*\b|\b[A-Z]{2,}[ -]?\d{3,}\b")),
-    ("header", re.compile(r"\b(?:[A-Z]{1,4}-)+[A-Z][A-Za-z]+\b")),
+    # X-Process-Time, X-Request-ID, WWW-Authenticate; Access-Control-Allow-Origin (3+ capitalised
+    # parts). Two capitalised parts alone (Content-Type) read like Wi-Fi or Asia-Pacific: not matched.
+    ("header", re.compile(r"\b(?:[A-Z]{1,4}-)+[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]*)*\b"
+                          r"|\b[A-Z][a-z]+(?:-[A-Z][A-Za-z]+){2,}\b")),
     ("version", re.compile(r"\bv?\d+\.\d+(?:\.\d+)+\b|\bv\d+(?:\.\d+)?\b|(?<=release )\d+\.\d+\b|(?<=version )\d+\.\d+\b")),
     ("number", re.compile(r"\b\d{5,}\b")),
     ("config_key", re.compile(r"\b[a-z][a-z0-9]*(?:[._][a-z0-9]+)+(?:\(\))?")),
-    # lower camelCase only: PascalCase is mostly product names (PayPal, WebDAV), not identifiers
     ("camel_case", re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")),
+    # Internal capitals: a lower-case letter or digit followed by a capital (TestClient, WebDAV), or
+    # two capitals before a lower-case letter (HTTPException, OAuth). A capitalised word (What,
+    # Tidewater) or an acronym (HTTP, EU) is not one. Product names (PayPal, GraphQL) match too:
+    # a name BM25 matches exactly, as it should.
+    ("pascal_case", re.compile(r"\b(?=[A-Za-z0-9]*?(?:[a-z0-9][A-Z]|[A-Z]{2}[a-z]))[A-Z][A-Za-z0-9]+\b")),
 ]
 
 
