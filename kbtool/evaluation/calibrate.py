@@ -555,7 +555,8 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
               "service or a feature it never mentions) and near misses (a detail a covered section does not give).")
         conf = {id(it): it.answer(contract).confidence for it in items}
         return None, conf, report
-    fitted, oof = am.fit(list(FEATURES), X, y, folds=folds, seed=seed)
+    cols = [FEATURES.index(f) for f in am.MODEL_FEATURES]
+    fitted, oof = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed)
     report["fitted"] = True
     report["oof"] = am.quality(y, oof)
     report["roc"] = [[round(a, 4), round(b, 4)] for a, b in am.roc_points(y, oof)]
