@@ -22,7 +22,7 @@ def _best(values: list) -> list[str]:
 
 
 def _ids(ids: list[str], n: int = 8) -> str:
-    return ", ".join(ids[:n]) + (f" … (+{len(ids) - n})" if len(ids) > n else "")
+    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
 
 
 def render(report, console) -> None:
