@@ -229,6 +229,9 @@ def test_ci_recorded_gate_fails_when_nothing_is_refused(sample_store, tmp_path, 
     names = {g["metric"] for g in data["gates"]}
     assert {"false_refusal", "correct_refusal", "ndcg@10"} <= names
     assert data["refusal"]["contract"]["correctly_refused"] > 0  # there is something to lose
+    html = (tmp_path / "ok" / "report.html").read_text()
+    assert "<p>contract: C.yaml (version 2, calibrated " in html and "answerable questions refused</h3>" in html
+    assert "decision" in (tmp_path / "ok" / "per_question.csv").read_text().splitlines()[0]
 
     r = runner.invoke(app, base + forced)
     assert r.exit_code == 3, r.output
