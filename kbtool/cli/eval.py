@@ -32,7 +32,7 @@ def eval_(
     split: Annotated[str, typer.Option("--split", help="BEIR qrels split (qrels/<split>.tsv).")] = "test",
     strict: Annotated[bool, typer.Option("--strict", help="Treat question-set warnings (unknown fields, documents not in the store, evidence not found) as errors.")] = False,
     fail_under: Annotated[Optional[List[str]], typer.Option("--fail-under", help="Gate [mode:]metric@k[tag]=value (at least), or with <= / >=; metrics also the refusal rates false_refusal, false_answer, correct_refusal, e.g. ndcg@10=0.6, 'hit_rate@5[exact-id]=0.9', 'contract:false_refusal<=0.1' (repeatable; mode defaults to contract). Exit 3 when not met.")] = None,
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A previous run's --json output or summary.json: deltas, paired randomisation test, better/worse questions.")] = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A previous run's --json output or summary.json: deltas, paired randomisation test, better/worse questions; refusal rates before and after, and the questions whose decision flipped.")] = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 3 on a significant drop (p < 0.05) of any metric of the primary mode, or a significant rise of its wrongly refused or wrongly answered questions (exact McNemar test on the flipped ones).")] = False,
     principal: Annotated[Optional[str], typer.Option("--principal", help="Evaluate as this principal (access.principals), as query does.")] = None,
     allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Permission tag held (repeatable), as query does.")] = None,
