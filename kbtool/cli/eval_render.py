@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..evaluation.compare import primary_mode
 from ..evaluation.metrics import HEADLINE
+from ..evaluation.report import contract_line
 
 
 def _f(v) -> str:
@@ -20,10 +21,17 @@ def _best(values: list) -> list[str]:
     return [f"[bold]{_f(v)}[/]" if v is not None and v == best else _f(v) for v in values]
 
 
+def _ids(ids: list[str], n: int = 8) -> str:
+    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
+
+
 def render(report, console) -> None:
     data = report.to_dict()
     modes = data["config"]["modes"]
     qs = data["question_set"]
+    line = contract_line(data.get("contract"))
+    if line:
+        console.print(escape(line), highlight=False)
     console.print(f"[bold]{escape(qs['name'])}[/]: {qs['questions']} questions ({qs['answerable']} answerable, "
                   f"{qs['unanswerable']} unanswerable), level {data['config']['level']}", highlight=False)
 
@@ -72,22 +80,30 @@ def render(report, console) -> None:
 
     if qs["unanswerable"] or data["refusal"]:
         refusal = Table(title="Refusals (unanswerable questions)", title_justify="left")
-        for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)"):
+        for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)", "correct_refusal",
+                    "false_refusal"):
             refusal.add_column(col, justify="right" if col != "mode" else "left")
         for m, r in data["refusal"].items():
             refusal.add_row(escape(m), "contract" if r["threshold"] is None else f"{r['threshold']:g}",
                             f"{r['correctly_refused']} / {r['unanswerable']}",
-                            f"{r['wrongly_refused']} / {r['answerable']}")
+                            f"{r['wrongly_refused']} / {r['answerable']}", _f(r["correct_refusal"]),
+                            _f(r["false_refusal"]))
         console.print(refusal)
+        for m, mis in data["mistakes"].items():
+            parts = [f"{label}: {_ids([x['id'] for x in mis[key]])}"
+                     for key, label in (("wrongly_refused", "wrongly refused"), ("wrongly_answered", "wrongly answered"))
+                     if mis[key]]
+            if parts:
+                console.print(f"{escape(m)}: {escape('; '.join(parts))}", highlight=False)
         console.print("[dim]threshold 'contract': the contract's decide.thresholds (and tiers) on the top hit's "
-                      "confidence; per-question confidences are in --json / --out.[/]")
+                      "confidence; each mistake's confidence, top document and signals are in --json / --out.[/]")
 
     if data["gates"]:
         gates = Table(title="Gates", title_justify="left")
         for col in ("gate", "required", "actual", "result"):
             gates.add_column(col)
         for g in data["gates"]:
-            gates.add_row(escape(g["spec"]), f"{g['required']:g}", _f(g["actual"]),
+            gates.add_row(escape(g["spec"]), f"{g.get('op', '>=')} {g['required']:g}", _f(g["actual"]),
                           "[green]pass[/]" if g["passed"] else "[red]FAIL[/]")
         console.print(gates)
 
@@ -95,7 +111,7 @@ def render(report, console) -> None:
         b = data["baseline"]
         mode = primary_mode(modes)
         entry = b["modes"].get(mode)
-        if entry:
+        if entry and entry.get("metrics"):
             t = Table(title=f"Against the baseline ({escape(mode)}, {b['questions_compared']} questions; paired "
                             f"randomisation test, {b['permutations']} permutations; * = significant after Holm)",
                       title_justify="left")
@@ -106,7 +122,19 @@ def render(report, console) -> None:
                 t.add_row(name, _f(v["baseline"]), _f(v["current"]), f"{v['delta']:+.3f}", f"{v['p_value']:.4f}",
                           f"{v['p_holm']:.4f}{mark}")
             console.print(t)
-            if "better" in entry:
-                console.print(f"{entry['compared_on']}: {len(entry['better'])} better "
-                              f"({escape(', '.join(entry['better'][:10]))}), {len(entry['worse'])} worse "
-                              f"({escape(', '.join(entry['worse'][:10]))})", highlight=False)
+        if entry and "better" in entry:
+            console.print(f"{entry['compared_on']}: {len(entry['better'])} better "
+                          f"({escape(', '.join(entry['better'][:10]))}), {len(entry['worse'])} worse "
+                          f"({escape(', '.join(entry['worse'][:10]))})", highlight=False)
+        ref = (entry or {}).get("refusal")
+        if ref:
+            rates = [f"{n} {ref[n]['baseline']:.3f} -> {ref[n]['current']:.3f} ({ref[n]['delta']:+.3f})"
+                     for n in ("false_refusal", "correct_refusal") if n in ref]
+            console.print(f"refusals against the baseline ({escape(mode)}): {', '.join(rates)}", highlight=False)
+            for kind, label in (("wrongly_refused", "wrongly refused"), ("wrongly_answered", "wrongly answered")):
+                v = ref[kind]
+                if v["new"] or v["fixed"]:
+                    flag = " [red]regression[/]" if v["regression"] else ""
+                    console.print(f"  {label}: {len(v['new'])} new ({escape(_ids(v['new']))}), {len(v['fixed'])} fixed "
+                                  f"({escape(_ids(v['fixed']))}); McNemar p (Holm) {v['p_holm']:.4f}{flag}",
+                                  highlight=False)

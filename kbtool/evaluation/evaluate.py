@@ -21,6 +21,16 @@ from .units import EvidenceMatcher, level_of, units
 
 DEFAULT_KS = (1, 3, 5, 10)
 DEFAULT_MODES = ("bm25", "dense", "contract")
+# Refusal rates, gateable like the ranking metrics (``--fail-under 'contract:false_refusal<=0.1'``).
+# A question counts as refused when its decision is ``refuse``; ``low_confidence`` is an answer
+# (with a notice). Each rate is None when the set has none of the questions it divides by.
+RATES = {
+    "false_refusal": "answerable questions refused / answerable questions",
+    "false_answer": "unanswerable questions not refused / unanswerable questions",
+    "correct_refusal": "unanswerable questions refused / unanswerable questions (1 - false_answer)",
+}
+RATE_NEEDS = {"false_refusal": "answerable", "false_answer": "unanswerable", "correct_refusal": "unanswerable"}
+LOWER_IS_BETTER = {"false_refusal", "false_answer"}
 
 
 @dataclass
@@ -73,6 +83,8 @@ class ModeResult:
     first_relevant_rank: int | None
     metrics: dict[str, float]
     top_doc: str | None
+    decision: str = ""  # answer | low_confidence | refuse: the contract's, or the --threshold's
+    signals: dict = field(default_factory=dict)  # the answerability signals decide saw (Answer.signals)
 
 
 @dataclass
@@ -92,6 +104,7 @@ class EvalReport:
     gates: list[dict] = field(default_factory=list)
     baseline: dict | None = None
     calibration: dict | None = None  # the contract's calibration appendix, and warnings, when it has one
+    contract: dict | None = None  # the contract in force: {path, version, calibrated, overrides} (set by the CLI)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0).isoformat())
 
     # ---- aggregates ----------------------------------------------------------------------
@@ -121,7 +134,7 @@ class EvalReport:
             if answerable:
                 entry["metrics"] = {m: {name: _round(self.mean(m, name, tag)) for name in self.config.metric_names()}
                                     for m in self.config.modes}
-            entry["refusal"] = {m: self._refusal(m, rows) for m in self.config.modes}
+            entry["refusal"] = {m: {**(c := self._refusal(m, rows)), **refusal_rates(c)} for m in self.config.modes}
             out[tag] = entry
         return out
 
@@ -156,11 +169,36 @@ class EvalReport:
     def refusal(self) -> dict[str, dict]:
         return {m: self._refusal(m, self.results) for m in self.config.modes}
 
+    def rate(self, mode: str, name: str, tag: str | None = None) -> float | None:
+        """A refusal rate (``RATES``) of a mode, over every question or those with ``tag``; None
+        when there is no question of the kind it divides by."""
+        if name not in RATES:
+            raise UsageError(f"unknown refusal rate {name!r}: use {', '.join(RATES)}")
+        rows = [r for r in self.results if tag is None or tag in r.question.tags]
+        return refusal_rates(self._refusal(mode, rows))[name]
+
+    def mistakes(self) -> dict[str, dict[str, list[dict]]]:
+        """Per mode, the answerable questions refused and the unanswerable ones answered, with what
+        was decided and why (confidence, top document, signals)."""
+        out = {}
+        for mode in self.config.modes:
+            wrong_ref, wrong_ans = [], []
+            for r in self.results:
+                mr = r.modes[mode]
+                if r.question.answerable == mr.refused:
+                    (wrong_ref if mr.refused else wrong_ans).append({
+                        "id": r.question.id, "question": r.question.question, "tags": r.question.tags,
+                        "decision": mr.decision, "confidence": mr.top_score, "top_doc": mr.top_doc,
+                        "signals": mr.signals})
+            out[mode] = {"wrongly_refused": wrong_ref, "wrongly_answered": wrong_ans}
+        return out
+
     def to_dict(self) -> dict:
         qs = self.question_set
         return {
             "kbtool_version": __version__,
             "created_at": self.created_at,
+            "contract": self.contract,
             "store": self.store_info,
             "question_set": {"name": qs.name, "path": self.source, "questions": len(self.results),
                              "answerable": len(self.answerable()),
@@ -172,7 +210,8 @@ class EvalReport:
             "metrics": self.metrics(),
             "fused_vs_best_single": self.deltas(),
             "by_tag": self.by_tag(),
-            "refusal": self.refusal(),
+            "refusal": {m: {**r, **refusal_rates(r)} for m, r in self.refusal().items()},
+            "mistakes": self.mistakes(),
             "lint": [str(i) for i in qs.issues],
             "gates": self.gates,
             "baseline": self.baseline,
@@ -181,7 +220,8 @@ class EvalReport:
                 {"id": r.question.id, "question": r.question.question, "tags": r.question.tags,
                  "answerable": r.question.answerable, "level": r.level,
                  "modes": {m: {"first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
-                               "top_doc": mr.top_doc, "refused": mr.refused,
+                               "top_doc": mr.top_doc, "refused": mr.refused, "decision": mr.decision,
+                               "signals": mr.signals,
                                "metrics": {k: round(v, 6) for k, v in mr.metrics.items()}}
                            for m, mr in r.modes.items()}}
                 for r in self.results
@@ -253,19 +293,31 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
             threshold = config.thresholds.get(mode)
             if threshold is not None:
                 refused = not hits or top < threshold
+                decision = "refuse" if refused else (ans.decision if ans.decision != "refuse" else "answer")
             else:
                 refused = ans.decision == "refuse"
+                decision = ans.decision
             first = next((n for n, u in enumerate(ranking, start=1) if qrels.get(u, 0) >= 1), None)
             modes[mode] = ModeResult(
                 ranking, unit_scores, qrels, top, refused, first,
                 {n: score(n, ranking, qrels) for n in names} if q.answerable else {},
-                hits[0].doc_id if hits else None,
+                hits[0].doc_id if hits else None, decision, dict(getattr(ans, "signals", None) or {}),
             )
         results.append(QuestionResult(q, level, modes))
     from ..query.pipeline import access_tags
 
     restricted = access_tags(base, principal, allow) is not None
     return EvalReport(qs, config, results, _store_info(store, restricted), source=source)
+
+
+def refusal_rates(counts: dict) -> dict[str, float | None]:
+    """``RATES`` from refusal counts {unanswerable, correctly_refused, answerable, wrongly_refused}
+    (``EvalReport.refusal()``'s or the contract's ``calibration.recorded.refusal``), rounded to 6."""
+    ans, unans = counts.get("answerable") or 0, counts.get("unanswerable") or 0
+    fr = counts["wrongly_refused"] / ans if ans else None
+    cr = counts["correctly_refused"] / unans if unans else None
+    return {"false_refusal": _round(fr), "false_answer": None if cr is None else _round(1 - cr),
+            "correct_refusal": _round(cr)}
 
 
 def _round(v: float | None) -> float | None:

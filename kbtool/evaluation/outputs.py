@@ -31,7 +31,8 @@ def write_report(report, out_dir: Path) -> list[Path]:
             rows.append({"id": r.question.id, "question": r.question.question, "tags": ";".join(r.question.tags),
                          "answerable": r.question.answerable, "level": r.level, "mode": mode,
                          "first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
-                         "top_doc": mr.top_doc, "refused": mr.refused, **mr.metrics})
+                         "top_doc": mr.top_doc, "refused": mr.refused, "decision": mr.decision,
+                         **mr.metrics})
     csv_path = out_dir / "per_question.csv"
     pd.DataFrame(rows).to_csv(csv_path, index=False)
     written.append(csv_path)

@@ -67,9 +67,12 @@ def render_html(data: dict) -> str:
                 row.append(entry["metrics"][m][n] if "metrics" in entry else None)
         tag_rows.append(row)
     tags = _table(["tag", "n", *[f"{m} {n}" for m in modes for n in headline]], tag_rows)
-    refusal = _table(["mode", "threshold", "unanswerable", "correctly refused", "answerable", "wrongly refused"],
+    refusal = _table(["mode", "threshold", "unanswerable", "correctly refused", "answerable", "wrongly refused",
+                      "correct_refusal", "false_refusal"],
                      [[m, "contract" if r["threshold"] is None else r["threshold"], r["unanswerable"], r["correctly_refused"], r["answerable"],
-                       r["wrongly_refused"]] for m, r in data["refusal"].items()])
+                       r["wrongly_refused"], r.get("correct_refusal"), r.get("false_refusal")]
+                      for m, r in data["refusal"].items()])
+    mistakes = _mistakes(data.get("mistakes") or {})
     deltas = ""
     for fused, per in data["fused_vs_best_single"].items():
         deltas += f"<h3>{escape(fused)} vs the best single retriever</h3>" + _table(
@@ -86,7 +89,8 @@ def render_html(data: dict) -> str:
     gates = ""
     if data["gates"]:
         gates = "<h2>Gates</h2>" + _table(["gate", "required", "actual", "passed"],
-                                           [[g["spec"], g["required"], g["actual"], g["passed"]] for g in data["gates"]])
+                                           [[g["spec"], f"{g.get('op', '>=')} {g['required']:g}", g["actual"], g["passed"]]
+                                            for g in data["gates"]])
     qs = data["question_set"]
     calibration = _calibration(data.get("calibration"), data["metrics"].get("contract"))
     return f"""<!doctype html>
@@ -102,16 +106,58 @@ svg{{margin:0 12px 12px 0;border:1px solid #eee}}.t{{font-size:13px;font-weight:
 <p>{qs['questions']} questions ({qs['answerable']} answerable, {qs['unanswerable']} unanswerable) on store
 <code>{escape(str(data['store']['path']))}</code>, model <code>{escape(str(data['store']['model']))}</code>;
 level {escape(data['config']['level'])}; {escape(data['created_at'])}; kbtool {escape(data['kbtool_version'])}.</p>
+{_contract(data.get("contract"))}
 <h2>Metric@K by mode</h2><div>{charts}</div>
 <h2>Summary</h2>{summary}{deltas}
 <h2>By tag</h2>{tags}
 <h2>Refusals</h2>{refusal}
+{mistakes}
 {gates}
 {calibration}
 <h2>Answerable questions with no relevant result in the top 5 ({escape(primary)})</h2>
 {_table(["id", "question", "tags", "first relevant rank", "top document"], misses)}
 </body></html>
 """
+
+
+def contract_line(info: dict | None) -> str | None:
+    """'contract: kbtool.yaml (version 3, calibrated 2026-12-01)'; 'contract: built-in (version 1)'."""
+    if not info:
+        return None
+    if "contracts" in info:
+        return "contracts: " + "; ".join(f"{name} = {contract_line(c)[len('contract: '):]}"
+                                         for name, c in info["contracts"].items())
+    what = [f"version {info['version']}"] + ([f"calibrated {info['calibrated']}"] if info.get("calibrated") else [])
+    line = f"contract: {info['path'] or 'built-in'} ({', '.join(what)})"
+    if info.get("overrides"):
+        line += " with --set " + " ".join(info["overrides"])
+    return line
+
+
+def _contract(info: dict | None) -> str:
+    if not info:
+        return ""
+    return f"<p>{escape(contract_line(info))}</p>"
+
+
+def _signals(signals: dict) -> str:
+    return ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in signals.items())
+
+
+def _mistakes(per_mode: dict) -> str:
+    """Per mode, the answerable questions refused and the unanswerable ones answered."""
+    parts = []
+    for mode, mis in per_mode.items():
+        for key, label in (("wrongly_refused", "answerable questions refused"),
+                           ("wrongly_answered", "unanswerable questions answered")):
+            rows = [[x["id"], x["question"], x["decision"], x["confidence"], x["top_doc"], _signals(x["signals"])]
+                    for x in mis[key]]
+            if rows:
+                parts.append(f"<h3>{escape(mode)}: {len(rows)} {label}</h3>"
+                             + _table(["id", "question", "decision", "confidence", "top document", "signals"], rows))
+    if not parts:
+        return ""
+    return "<h2>Refusal mistakes</h2>" + "".join(parts)
 
 
 def _calibration(cal: dict | None, now: dict | None) -> str:
