@@ -137,8 +137,13 @@ def test_suggestions_come_only_from_permitted_chunks(kb, embedder):
 
 
 # ---- the message --------------------------------------------------------------------------------
+# the decision on the best hit's confidence (no answerability model), with the thresholds these tests name
+CONFIDENCE = ("decide.model=null", "decide.thresholds={answer: 0.5, low_confidence: 0.4}",
+              "decide.tiers={identifier: {answer: 0.45, low_confidence: 0.35}}")
+
+
 def test_refusal_names_missing_terms_as_spelled_and_the_nearest_miss_with_its_citation(kb, embedder):
-    ans = retrieve(kb, default_contract(), "How do I run it with Mangum on Lambda?", embedder=embedder)
+    ans = retrieve(kb, contract(*CONFIDENCE), "How do I run it with Mangum on Lambda?", embedder=embedder)
     assert ans.decision == "refuse"
     ex = ans.explanation
     assert {"mangum", "lambda"} <= set(ex["missing_terms"]) and "suggestions" in ex
@@ -156,7 +161,7 @@ def test_low_confidence_and_answer_messages(kb, embedder):
     assert "is below the answer threshold 0.99 (refuse below 0.01)" in low.explanation["message"]
     assert "best match: deploy/docker.md:" in low.explanation["message"] and "at relevance" in low.explanation["message"]
     ok = retrieve(kb, contract("decide.thresholds={answer: 0.01, low_confidence: 0.01}"), q, embedder=embedder)
-    assert ok.explanation["message"].startswith(f"confidence {shown(ok.confidence, (0.01,))} ≥ answer threshold 0.01")
+    assert ok.explanation["message"].startswith(f"P(answerable) {shown(ok.confidence, (0.01,))} ≥ answer threshold 0.01")
 
 
 def test_a_restricted_caller_reads_the_same_words_for_a_secret_and_an_unknown_term(kb, embedder):
@@ -182,6 +187,14 @@ def test_one_rounding_rule(x, against, text):
     assert all((float(shown(x, against)) < t) == (x < t) for t in against)
 
 
+def test_with_a_model_the_message_names_the_probability_and_the_hit_its_relevance(kb, embedder):
+    ans = retrieve(kb, default_contract(), "How do I run it with Mangum on Lambda?", embedder=embedder)
+    assert ans.decision != "answer" and default_contract().decide.model is not None
+    msg = ans.explanation["message"]
+    assert msg.startswith(f"P(answerable) {shown(ans.confidence, (ans.thresholds['answer'], ans.thresholds['low_confidence']))} is below")
+    assert "the knowledge base never mentions 'Mangum' or 'Lambda'" in msg and " at relevance " in msg
+
+
 def test_thresholds_show_their_own_digits():
     assert [shown_threshold(t) for t in (0.5, 0.4, 0.455, 0.35)] == ["0.50", "0.40", "0.455", "0.35"]
 
@@ -190,14 +203,14 @@ def test_table_and_verdict_show_the_same_digits_at_a_threshold(kb, embedder):
     """The tester's case: the table said 0.50 while the verdict said '0.49 is below 0.5'."""
     for q in ("How do I build the docker image?", "reverse proxy", "lost password", "block storage error",
               "clocks", "dashboard color", "connections at most", "forum help"):
-        x = retrieve(kb, default_contract(), q, embedder=embedder).confidence
+        x = retrieve(kb, contract(*CONFIDENCE), q, embedder=embedder).confidence
         if round(x, 2) > x + 1e-9 and round(x, 2) - x < 0.005:
             break
     else:
         pytest.skip("no question with a best confidence that rounds up")
     t = round(x, 2)
     r = runner.invoke(app, ["query", q, "--store", str(kb.path), "--set", f"decide.thresholds={{answer: {t}, low_confidence: 0.01}}",
-                            "--set", "decide.tiers={}"])
+                            "--set", "decide.tiers={}", "--set", "decide.model=null"])
     assert r.exit_code == 0, r.output
     digits = shown(x, (t, 0.01))
     assert digits != f"{t:.2f}" and float(digits) < t

@@ -79,6 +79,9 @@ def contract(*sets):
     return load_contract(None, list(sets), search=False)
 
 
+contract_of = contract
+
+
 # ---- 2. preprocess --------------------------------------------------------------------------
 def test_truncation_keeps_the_stated_part(kb, embedder):
     question = "quuxzebra " + " ".join(["filler"] * 60) + " ZETA-4410"
@@ -169,7 +172,9 @@ def test_context_block_within_budget_with_citations(kb, embedder):
 
 # ---- 5. confidence, tiers, refusals ---------------------------------------------------------
 def test_confidence_is_in_unit_range_and_tiers_decide(kb, embedder):
+    """Thresholds and tiers on the best hit's confidence (a contract without an answerability model)."""
     q = "What does error ZETA-4410 mean?"
+    contract = lambda *sets: contract_of("decide.model=null", *sets)  # noqa: E731
     ans = retrieve(kb, contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}"), q, embedder=embedder)
     assert all(0 <= h.confidence <= 1 for h in ans.hits)
     assert ans.tier == "identifier"  # the built-in identifier tier, not the strict default thresholds
@@ -287,7 +292,11 @@ def test_decision_does_not_depend_on_how_many_hits_are_asked_for(sample_store, e
     many = retrieve(sample_store, default_contract(), q, embedder=embedder, top_k=100)
     assert (few.decision, few.confidence) == (many.decision, many.confidence)
     best = many.explanation["best"]
-    assert best["confidence"] == many.confidence  # the message names the hit whose confidence decided
+    # the message names the hit with the top relevance, the signal the model (and a contract without one) reads
+    assert best["confidence"] == many.signals["relevance"]
+    plain = contract_of("decide.model=null")
+    assert retrieve(sample_store, plain, q, embedder=embedder, top_k=100).explanation["best"]["confidence"] == \
+        retrieve(sample_store, plain, q, embedder=embedder, top_k=100).confidence
     assert f"{best['doc_id']}" in many.explanation["message"]
 
 

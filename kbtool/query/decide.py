@@ -58,7 +58,10 @@ mean means meaning anyone someone something anything there here about does doing
 
 
 def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) -> list[str]:
-    """Exact identifiers and query terms that no (permitted) chunk contains."""
+    """Exact identifiers and query terms that no (permitted) chunk contains, but for everyday words
+    (``signals.informativeness`` 0: the absent-term signal gives them no weight either)."""
+    from .signals import informativeness
+
     out: list[str] = []
     for ident in processed.identifiers:
         if not store.any_chunk_contains(ident["text"], allowed):
@@ -69,6 +72,8 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
     vocab = None
     for term in dict.fromkeys(terms):
         if term in covered or len(term) < 3 or term in PHRASING or index.has_term(term, mask):
+            continue
+        if informativeness(term) == 0.0:  # an everyday word ('come', 'our'): its absence says nothing
             continue
         if len(term) >= 4:
             vocab = vocab if vocab is not None else index.vocabulary()

@@ -310,7 +310,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     if model is not None:
         top = answerability(sig, model)
     decision = decide(top, th)
-    explanation = _explain(store, cands, best_hit, decision, th, sc, explain, value=top)
+    explanation = _explain(store, cands, best_hit, decision, th, sc, explain, value=top,
+                           name="confidence" if model is None else "P(answerable)")
     if sc.warnings:
         explanation["filter_warnings"] = list(sc.warnings)
     context = ""
@@ -356,14 +357,16 @@ def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
     return [[c, round(float(scores[pos[c]]), 6)] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:n]]
 
 
-def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None) -> dict:
+def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None,
+             name: str = "confidence") -> dict:
     """Why this decision: the value ``decide`` compared with the thresholds, and on a refusal or
     low confidence, the question's terms no permitted chunk holds and the nearest miss, cited.
 
     ``value`` is what ``decide`` compared with the thresholds (``Answer.confidence``: the
     answerability probability when the contract has a model, else the best hit's confidence);
     ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix). The message calls
-    the first "confidence" and the second "relevance"; every number in it is rounded by
+    the first ``name`` ("P(answerable)" with a model, else "confidence") and the second
+    "relevance"; every number in it is rounded by
     ``decide.shown`` against the thresholds, as the query table rounds them."""
     from .decide import never_mentions, shown, shown_threshold, word_embedder
 
@@ -376,7 +379,7 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
     }
     where = "" if best is None else best.citation or best.doc_id
     if decision == "answer":
-        out["message"] = (f"confidence {shown(value, limits)} ≥ answer threshold {shown_threshold(th.answer)}"
+        out["message"] = (f"{name} {shown(value, limits)} ≥ answer threshold {shown_threshold(th.answer)}"
                           + (f"; best: {where}" if where else ""))
         return out
     missing = None
@@ -388,9 +391,9 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
     if value is None:
         parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))
     elif decision == "refuse":
-        parts.append(f"confidence {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}")
+        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}")
     else:
-        parts.append(f"confidence {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
+        parts.append(f"{name} {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
                      f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
     if missing:
         parts.append(never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
