@@ -23,7 +23,7 @@ demo: install
 	$(BIN)/kbtool ingest sample_corpus --store $(DEMO_STORE)
 	$(BIN)/kbtool status --store $(DEMO_STORE)
 	$(BIN)/kbtool query "What causes error TW-E5120 and how do I fix it?" --store $(DEMO_STORE) --top-k 3
-	$(BIN)/kbtool query "What happens if my laptop drops off the Wi-Fi?" --store $(DEMO_STORE) --top-k 3
+	$(BIN)/kbtool query "Which IP addresses do webhook deliveries come from, so we can allow them through our firewall?" --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "出现同步冲突时，我的修改会丢失吗？" --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "refund window" --filter 'dir=policies/**' --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "What does error code TW-E8123 mean?" --store $(DEMO_STORE)

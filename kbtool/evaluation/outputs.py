@@ -71,7 +71,8 @@ def _safe(mode: str) -> str:
 
 
 def write_calibration(result, out_dir) -> list[Path]:
-    """calibration.json (everything) and calibration.png (trade-off, distributions, weight curves)."""
+    """calibration.json (everything) and calibration.png (trade-off, distributions, weight curves;
+    with an answerability model, its ROC curve and reliability diagram)."""
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,9 @@ def plot_calibration(result, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    a = getattr(result, "answerability", None) or {}
+    fitted = bool(a.get("fitted"))
+    fig, axes = plt.subplots(1, 5 if fitted else 3, figsize=(25 if fitted else 15, 4.5))
     ax = axes[0]
     table = result.threshold_table
     ax.plot([r["false_refusal"] for r in table], [r["false_answer"] for r in table], marker=".")
@@ -106,8 +109,9 @@ def plot_calibration(result, path) -> None:
     bins = [i / 20 for i in range(21)]
     ax.hist(result.distributions["answerable"], bins=bins, alpha=0.6, label="answerable")
     ax.hist(result.distributions["unanswerable"], bins=bins, alpha=0.6, label="unanswerable")
-    ax.set_xlabel("top confidence")
-    ax.set_title("Confidence by question kind")
+    value = "P(answerable), out of fold" if fitted else "top confidence"
+    ax.set_xlabel(value)
+    ax.set_title(f"{'P(answerable)' if fitted else 'Confidence'} by question kind")
     ax.legend()
     ax = axes[2]
     for g, curve in result.weight_curves.items():
@@ -116,6 +120,27 @@ def plot_calibration(result, path) -> None:
     ax.set_ylabel(result.objective)
     ax.set_title("Metric vs dense weight, per question type")
     ax.legend()
+    if fitted:
+        ax = axes[3]
+        roc = a["roc"]
+        ax.plot([p[0] for p in roc], [p[1] for p in roc], marker=".", label=f"model, AUC {a['oof']['auc']:.3f}")
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
+        ax.set_xlabel("unanswerable questions answered (false positive rate)")
+        ax.set_ylabel("answerable questions answered (true positive rate)")
+        ax.set_title("ROC of P(answerable), out of fold")
+        ax.legend(loc="lower right")
+        ax = axes[4]
+        rel = a["oof"]["reliability"]
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfectly calibrated")
+        ax.plot([r["predicted"] for r in rel], [r["observed"] for r in rel], marker="o",
+                label=f"calibration error {a['oof']['calibration_error']:.3f}")
+        for r in rel:
+            ax.annotate(str(r["count"]), (r["predicted"], r["observed"]), textcoords="offset points", xytext=(4, -10),
+                        fontsize=8)
+        ax.set_xlabel("predicted P(answerable), out of fold")
+        ax.set_ylabel("share answerable (numbers: questions per bin)")
+        ax.set_title("Reliability diagram")
+        ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
