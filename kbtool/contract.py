@@ -18,7 +18,7 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -224,17 +224,22 @@ def _default_tiers() -> dict[str, Thresholds]:
 
 
 class PlattMap(_Strict):
-    slope: float = Field(1.0, description="Platt scaling of the score: P = 1 / (1 + exp(-(slope * score + offset)))")
-    offset: float = 0.0
+    slope: float = Field(1.0, allow_inf_nan=False,
+                         description="Platt scaling of the score: P = 1 / (1 + exp(-(slope * score + offset)))")
+    offset: float = Field(0.0, allow_inf_nan=False)
+
+
+MODEL_FORMAT = 1  # the decide.model format this kbtool reads
 
 
 class AnswerabilityModel(_Strict):
     """A logistic model of P(answerable) over the answerability signals (kbtool.query.signals):
     P = 1 / (1 + exp(-(slope * (intercept + sum(coefficient * signal)) + offset)))."""
 
-    version: int = Field(1, ge=1, description="the model format")
-    coefficients: dict[str, float] = Field(description="signal name -> weight, on the signal's own scale")
-    intercept: float = 0.0
+    version: int = Field(1, ge=1, le=MODEL_FORMAT, description="the model format")
+    coefficients: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        description="signal name -> weight, on the signal's own scale")
+    intercept: float = Field(0.0, allow_inf_nan=False)
     calibration: PlattMap = Field(default_factory=PlattMap,
                                   description="maps the model's score to a probability (fitted out of fold)")
     fitted_on: Optional[dict[str, Any]] = Field(None, description="the question set and out-of-fold quality")
@@ -378,6 +383,7 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
             raise ContractError(f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
         if not isinstance(data, dict):
             raise ContractError(f"{source}: a contract is a YAML mapping with contract_version, retrieve, ...")
+        _thresholds_without_model(data)
     for item in overrides or []:
         apply_override(data, item)
     if overrides:
@@ -386,6 +392,22 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
 
 
 MAX_CONTRACT_BYTES = 2**20  # 1 MB
+
+# The identifier tier before decide.model existed (thresholds on the best hit's confidence).
+_CONFIDENCE_TIERS = {"identifier": {"answer": 0.45, "low_confidence": 0.35}}
+
+
+def _thresholds_without_model(data: dict) -> None:
+    """A contract file that sets ``decide.thresholds`` but no ``decide.model`` was written for the
+    best hit's confidence (``contract init`` and ``calibrate --write`` before kbtool had a model
+    wrote exactly that): it keeps that meaning, ``decide.model: null`` (and, without tiers of its
+    own, the identifier tier of that time). The built-in model's P(answerable) compared with
+    thresholds chosen for confidence would refuse almost nothing. ``calibrate --write`` always
+    writes the model its thresholds were chosen with."""
+    decide = data.get("decide")
+    if isinstance(decide, dict) and "thresholds" in decide and "model" not in decide:
+        decide["model"] = None
+        decide.setdefault("tiers", {k: dict(v) for k, v in _CONFIDENCE_TIERS.items()})
 
 
 def _strict_loader(source):
@@ -595,6 +617,10 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
     model = getattr(result, "model", None)
     if model is not None:
         _put(data, ["decide", "model"], model)
+    elif result.thresholds and "model" not in (data.get("decide") or {}):
+        # thresholds chosen with the contract's own model (or none): the file says which
+        kept = contract.decide.model
+        _put(data, ["decide", "model"], None if kept is None else kept.model_dump(mode="json"))
     if result.thresholds:
         d = result.thresholds["default"]
         _put(data, ["decide", "thresholds", "answer"], d["answer"])

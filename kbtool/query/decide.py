@@ -38,6 +38,8 @@ def answerability(signals: dict[str, float], model) -> float:
     the logistic model's score, through its calibration map (Platt: a logistic of the score)."""
     z = model.intercept + sum(c * float(signals.get(f, 0.0)) for f, c in model.coefficients.items())
     z = model.calibration.slope * z + model.calibration.offset
+    if math.isnan(z):  # huge weights can still give inf - inf: an undefined score never answers
+        return 0.0
     z = max(-60.0, min(60.0, z))
     return round(1.0 / (1.0 + math.exp(-z)), 4)
 

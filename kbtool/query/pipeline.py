@@ -227,9 +227,21 @@ def _no_match(f, seen: dict[str, int]) -> str:
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
+# The signals (query.signals) each retriever's candidates give a value; without it they read 0.
+SIGNALS_OF = {"dense": {"cosine", "dense_margin", "agreement"},
+              "bm25": {"coverage", "absent_kb", "absent_top", "bm25_margin", "terms", "agreement"}}
+
+
 def needed_retrievers(contract) -> tuple[str, ...]:
+    """The retrievers a query runs: the fusion's, and those whose signals the contract's model weighs
+    (a single-retriever mode then decides on the signals eval and calibrate see: a cosine read as 0
+    is evidence to a model that weighs it)."""
     method = contract.retrieve.fusion.method
-    return (method,) if method in ("dense", "bm25") else ("dense", "bm25")
+    if method not in ("dense", "bm25"):
+        return ("dense", "bm25")
+    model = contract.decide.model
+    used = {f for f, c in model.coefficients.items() if c} if model is not None else set()
+    return tuple(r for r in ("dense", "bm25") if r == method or used & SIGNALS_OF[r])
 
 
 def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=None, depth: int | None = None,

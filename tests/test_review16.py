@@ -1,0 +1,132 @@
+"""Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned."""
+
+import math
+
+import pytest
+
+from kbtool.contract import calibrated_text, load_contract, validate_contract, yaml_load_plain
+from kbtool.errors import ContractError
+
+from .conftest import write
+
+
+def contract(*sets):
+    return load_contract(None, list(sets), search=False)
+
+
+# ---- decide.model values: finite numbers, a known format --------------------------------------
+@pytest.mark.parametrize("override, path", [
+    ("decide.model={coefficients: {relevance: .nan}}", "decide.model.coefficients.relevance"),
+    ("decide.model={coefficients: {relevance: 1e400}}", "decide.model.coefficients.relevance"),
+    ("decide.model={coefficients: {relevance: 1}, intercept: -.inf}", "decide.model.intercept"),
+    ("decide.model={coefficients: {relevance: 1}, calibration: {slope: .nan}}", "decide.model.calibration.slope"),
+    ("decide.model={coefficients: {relevance: 1}, calibration: {offset: .inf}}", "decide.model.calibration.offset"),
+])
+def test_a_model_with_a_value_that_is_not_a_finite_number_is_a_one_line_error(override, path):
+    # A NaN coefficient made every question P(answerable) 1.00: answered, whatever it asked.
+    with pytest.raises(ContractError, match=path.replace(".", r"\.")):
+        contract(override)
+
+
+def test_a_model_format_this_kbtool_does_not_read_is_an_error():
+    with pytest.raises(ContractError, match=r"decide\.model\.version"):
+        contract("decide.model={coefficients: {relevance: 1}, version: 2}")
+
+
+def test_answerability_never_answers_on_an_undefined_score():
+    from kbtool.contract import AnswerabilityModel
+    from kbtool.query.decide import answerability
+
+    # finite but huge weights can still make inf - inf: the score is undefined, never P = 1
+    m = AnswerabilityModel.model_construct(coefficients={"terms": 1e308, "absent_kb": -1e308}, intercept=0.0,
+                                           calibration=AnswerabilityModel.model_fields["calibration"].default_factory())
+    p = answerability({"terms": 3.0, "absent_kb": 3.0}, m)
+    assert not math.isnan(p) and p == 0.0
+
+
+# ---- a contract written before decide.model existed keeps its meaning ---------------------------
+OLD = """contract_version: 4
+decide:
+  thresholds:
+    answer: 0.5
+    low_confidence: 0.4
+  tiers:
+    identifier:
+      answer: 0.45
+      low_confidence: 0.35
+"""
+
+
+def test_thresholds_written_without_a_model_compare_the_best_hits_confidence(tmp_path):
+    # A contract from before issue 16 (contract init or calibrate --write) sets thresholds for the
+    # best hit's confidence; the built-in model's P(answerable) against 0.4 refuses almost nothing
+    # (sample set: 5 of 26 unanswerable refused instead of 10).
+    c = load_contract(write(tmp_path / "old.yaml", OLD), search=False)
+    assert c.decide.model is None
+    assert c.decide.thresholds.low_confidence == 0.4
+    assert c.decide.tiers["identifier"].low_confidence == 0.35
+    # thresholds alone: the identifier tier of that time too (the built-in one is a probability)
+    th_only = load_contract(write(tmp_path / "t.yaml", OLD.split("  tiers:")[0]), search=False)
+    assert th_only.decide.model is None and th_only.decide.tiers["identifier"].answer == 0.45
+    # tiers alone set no scale of their own: the built-in model and default thresholds stay
+    tiers_only = load_contract(write(tmp_path / "u.yaml", "contract_version: 1\ndecide:\n  tiers: {}\n"), search=False)
+    assert tiers_only.decide.model is not None
+    # no thresholds of its own: the built-in model and thresholds, a consistent pair
+    plain = load_contract(write(tmp_path / "p.yaml", "contract_version: 1\nretrieve:\n  top_k: 5\n"), search=False)
+    assert plain.decide.model is not None
+    explicit = load_contract(write(tmp_path / "e.yaml", OLD.replace(
+        "decide:\n", "decide:\n  model: {coefficients: {relevance: 2.0}}\n")), search=False)
+    assert explicit.decide.model.coefficients == {"relevance": 2.0}
+    # overrides of the built-in contract keep its model (they tune P(answerable) thresholds)
+    assert contract("decide.thresholds.low_confidence=0.7").decide.model is not None
+
+
+def test_calibrate_write_without_a_fitted_model_names_the_model_the_thresholds_were_chosen_on(tmp_path):
+    from types import SimpleNamespace
+
+    th = {"default": {"answer": 0.9, "low_confidence": 0.8}, "tiers": {}}
+    result = SimpleNamespace(adopted=False, proposed={}, thresholds=th, appendix={}, model=None)
+    # a file with no decide section: the built-in model decided, so the written file keeps it
+    src = "contract_version: 1\nretrieve:\n  top_k: 5\n"
+    c = load_contract(write(tmp_path / "a.yaml", src), search=False)
+    new = validate_contract(yaml_load_plain(calibrated_text(src, c, result)))
+    assert new.decide.model == c.decide.model and new.decide.thresholds.low_confidence == 0.8
+    # an old file without a model: confidence decided, and still does
+    c = load_contract(write(tmp_path / "b.yaml", OLD), search=False)
+    new = validate_contract(yaml_load_plain(calibrated_text(OLD, c, result)))
+    assert new.decide.model is None
+
+
+# ---- a single-retriever mode still computes the signals its model weighs ------------------------
+def test_a_single_retriever_mode_with_a_model_gathers_what_the_model_needs():
+    from kbtool.query.pipeline import needed_retrievers
+    from kbtool.query.retriever import contract_for_mode
+
+    c = contract()  # the built-in model weighs cosine (dense) and coverage (BM25)
+    assert set(needed_retrievers(contract_for_mode(c, "bm25"))) == {"dense", "bm25"}
+    assert set(needed_retrievers(contract_for_mode(c, "dense"))) == {"dense", "bm25"}
+    plain = contract("decide.model=null")
+    assert needed_retrievers(contract_for_mode(plain, "bm25")) == ("bm25",)
+    only_bm25 = contract("decide.model={coefficients: {coverage: 2.0, absent_kb: -1.0}}")
+    assert needed_retrievers(contract_for_mode(only_bm25, "bm25")) == ("bm25",)
+
+
+def test_query_in_bm25_mode_decides_as_eval_does(sample_store, embedder):
+    """`kbtool query --mode bm25` gave the unanswerable q087 P(answerable) 0.87 ('answer'): without
+    the dense retriever its cosine read 0, which the built-in model (cosine weight -5.1) reads as
+    evidence *for* an answer. eval's bm25 mode (both retrievers gathered) refuses it."""
+    from kbtool.evaluation.evaluate import EvalConfig, evaluate
+    from kbtool.evaluation.questions import Question, QuestionSet
+    from kbtool.query.pipeline import retrieve
+    from kbtool.query.retriever import contract_for_mode
+
+    q = "How do I send Tidewater Sync notifications to a Slack channel?"
+    c = contract()
+    got = retrieve(sample_store, contract_for_mode(c, "bm25"), q, embedder=embedder)
+    assert got.signals["cosine"] > 0
+    qs = QuestionSet(name="one", questions=[Question(id="u", question=q, relevant=[], tags=[])])
+    report = evaluate(sample_store, qs, EvalConfig(modes=["bm25"], ks=[10], metrics=["ndcg"]), contract=c,
+                      embedder=embedder)
+    r = report.results[0].modes["bm25"]
+    assert (r.decision, r.top_score, r.signals) == (got.decision, got.confidence, got.signals)
+    assert got.decision == "refuse"
