@@ -165,7 +165,10 @@ def test_low_confidence_and_answer_messages(kb, embedder):
 
 
 def test_a_restricted_caller_reads_the_same_words_for_a_secret_and_an_unknown_term(kb, embedder):
-    c = contract("access.principals={bob: [public]}", "retrieve.fusion.method=bm25")  # dense cosines differ by word
+    # dense cosines differ by word: BM25 alone, with a model of BM25 signals (a model weighing dense
+    # signals makes a bm25 query gather the dense retriever too)
+    c = contract("access.principals={bob: [public]}", "retrieve.fusion.method=bm25",
+                 "decide.model={coefficients: {coverage: 1.0, absent_kb: -1.0, absent_top: -1.0}}")
     secret = retrieve(kb, c, "Which grimbleflax opens the vault?", embedder=embedder, principal="bob")
     unknown = retrieve(kb, c, "Which zqxwvutsr opens the vault?", embedder=embedder, principal="bob")
     assert "grimbleflax" in secret.explanation["missing_terms"]
