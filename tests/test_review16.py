@@ -130,3 +130,23 @@ def test_query_in_bm25_mode_decides_as_eval_does(sample_store, embedder):
     r = report.results[0].modes["bm25"]
     assert (r.decision, r.top_score, r.signals) == (got.decision, got.confidence, got.signals)
     assert got.decision == "refuse"
+
+
+# ---- --fail-under-recorded 0 on the run calibrate recorded ---------------------------------------
+def test_recorded_gate_with_no_slack_passes_the_numbers_it_recorded():
+    """calibrate records metrics rounded to 6 decimals (hit_rate@5 0.964286 = 81/84); eval's
+    unrounded 0.96428571 then read as 'below the recorded value' with DELTA 0."""
+    from types import SimpleNamespace
+
+    from kbtool.evaluation.compare import recorded_gate
+
+    exact = {"hit_rate@5": 81 / 84, "ndcg@5": 0.8190881234}
+    c = SimpleNamespace(calibration={"recorded": {
+        "metrics": {k: round(v, 6) for k, v in exact.items()},
+        "refusal": {"unanswerable": 26, "correctly_refused": 20, "answerable": 84, "wrongly_refused": 18}}})
+    rates = {"false_refusal": 18 / 84, "correct_refusal": 20 / 26}
+    report = SimpleNamespace(config=SimpleNamespace(metric_names=lambda: list(exact)),
+                             mean=lambda mode, name, tag=None: exact[name],
+                             rate=lambda mode, name, tag=None: rates[name])
+    got = recorded_gate(c, report, 0.0)
+    assert got["passed"], [x for x in got["checks"] if not x["passed"]]
