@@ -150,3 +150,15 @@ def test_recorded_gate_with_no_slack_passes_the_numbers_it_recorded():
                              rate=lambda mode, name, tag=None: rates[name])
     got = recorded_gate(c, report, 0.0)
     assert got["passed"], [x for x in got["checks"] if not x["passed"]]
+
+
+# ---- not fixed here: the built-in model answers questions far from every document ----------------
+@pytest.mark.xfail(strict=True, reason="the built-in model (fitted on near-miss unanswerable questions only) weighs "
+                   "cosine -5.1: a question far from every chunk, or one with no term, reads as answerable")
+def test_the_built_in_contract_refuses_questions_far_from_every_document(sample_store, embedder):
+    from kbtool.query.pipeline import retrieve
+
+    for q in ("What is the capital of France?", "How do I bake sourdough bread?", "???", "the a of"):
+        ans = retrieve(sample_store, contract(), q, embedder=embedder)
+        assert ans.decision == "refuse", (q, ans.decision, ans.confidence, ans.signals)
+

@@ -95,8 +95,9 @@ def render(report, console) -> None:
                      if mis[key]]
             if parts:
                 console.print(f"{escape(m)}: {escape('; '.join(parts))}", highlight=False)
-        console.print("[dim]threshold 'contract': the contract's decide.thresholds (and tiers) on the top hit's "
-                      "confidence; each mistake's confidence, top document and signals are in --json / --out.[/]")
+        console.print("[dim]threshold 'contract': the contract's decide.thresholds (and tiers) on P(answerable) "
+                      "from decide.model (without one: the top hit's confidence); each mistake's value, top document "
+                      "and signals are in --json / --out.[/]")
 
     if data["gates"]:
         gates = Table(title="Gates", title_justify="left")
