@@ -162,3 +162,29 @@ def test_the_built_in_contract_refuses_questions_far_from_every_document(sample_
         ans = retrieve(sample_store, contract(), q, embedder=embedder)
         assert ans.decision == "refuse", (q, ans.decision, ans.confidence, ans.signals)
 
+
+
+def test_calibrate_without_a_fitted_model_labels_thresholds_by_the_model_it_kept(sample_store, embedder, tmp_path):
+    """9 unanswerable questions: no model is fitted and the built-in one is kept; the thresholds
+    are P(answerable) from it, not 'top confidence' as the table said."""
+    import io
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from kbtool.cli.calibrate_render import render
+    from kbtool.evaluation.calibrate import calibrate
+    from kbtool.evaluation.questions import load_questions
+
+    rows = [json.loads(x) for x in (Path(__file__).parent.parent / "eval_sets" / "sample.jsonl").read_text().splitlines() if x.strip()]
+    pick = [r for r in rows if r["relevant"]][:20] + [r for r in rows if not r["relevant"]][:9]
+    path = tmp_path / "nine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in pick))
+    qs = load_questions(path)
+    for c, unit in ((contract(), "P(answerable)"), (contract("decide.model=null"), "top confidence")):
+        r = calibrate(sample_store, qs, c, embedder=embedder, folds=2)
+        assert not r.answerability["fitted"] and r.thresholds
+        buf = io.StringIO()
+        render(r, Console(file=buf, width=200))
+        assert f"Thresholds ({unit})" in buf.getvalue()

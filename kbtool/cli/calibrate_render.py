@@ -41,7 +41,8 @@ def render(result, console) -> None:
                 f"{ht['wrongly_refused']} of {ht['answerable']} answerable ({_pct(ht['false_refusal'])}, "
                 f"95% CI {_ci(ht['false_refusal_interval'])})", highlight=False)
     if result.thresholds:
-        unit = "P(answerable)" if a.get("fitted") or result.model else "top confidence"
+        unit = "P(answerable)" if a.get("fitted") or result.model or a.get("decided_by") == "P(answerable)" \
+            else "top confidence"
         t = Table(title=f"Thresholds ({unit})", title_justify="left")
         for col in ("tier", "answer", "refuse below", "false answers", "false refusals"):
             t.add_column(col, justify="left" if col == "tier" else "right")

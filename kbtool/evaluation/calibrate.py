@@ -547,6 +547,7 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
     if min(n_ans, n_un) < am.MIN_EACH:
         report["fitted"] = False
         keep = contract.decide.model is not None
+        report["decided_by"] = "P(answerable)" if keep else "confidence"  # what the thresholds compare
         report["notes"].append(
             f"{n_un} unanswerable and {n_ans} answerable question(s): an answerability model needs at least "
             f"{am.MIN_EACH} of each, so none is fitted"
@@ -558,6 +559,7 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
     cols = [FEATURES.index(f) for f in am.MODEL_FEATURES]
     fitted, oof = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed)
     report["fitted"] = True
+    report["decided_by"] = "P(answerable)"
     report["oof"] = am.quality(y, oof)
     report["roc"] = [[round(a, 4), round(b, 4)] for a, b in am.roc_points(y, oof)]
     fitted_on = {"question_set": qs.name, "source": source, "questions": len(y), "answerable": n_ans,
