@@ -188,3 +188,46 @@ def test_calibrate_without_a_fitted_model_labels_thresholds_by_the_model_it_kept
         buf = io.StringIO()
         render(r, Console(file=buf, width=200))
         assert f"Thresholds ({unit})" in buf.getvalue()
+
+
+# ---- access: signals and decisions under a filter and access together -----------------------------
+def test_signals_of_a_restricted_and_filtered_caller_equal_a_store_without_the_hidden_documents(tmp_path, fake_embedder):
+    from kbtool.query.pipeline import retrieve
+
+    from .test_access import PUBLIC, SECRET, _output, build
+
+    full = build(tmp_path / "full", fake_embedder, PUBLIC, SECRET)
+    alone = build(tmp_path / "alone", fake_embedder, PUBLIC, {})
+    for method in ("weighted", "bm25", "dense"):
+        c = contract("access.principals={guest: [public]}", f"retrieve.fusion.method={method}",
+                     "decide.thresholds.answer=0.99")
+        for q in ("merger revenue memo", "What is the merger valued at?", "storage quota zorblax"):
+            for filters in (["doc_id=guide.md"], ["doc_id=faq.md"]):
+                got = retrieve(full, c, q, embedder=fake_embedder, principal="guest", filters=filters)
+                want = retrieve(alone, c, q, embedder=fake_embedder, principal="guest", filters=filters)
+                assert _output(got) == _output(want), (method, q, filters)
+
+
+# ---- a scope of one chunk: nothing for the top hit to stand out from -------------------------------
+def test_dense_margin_is_zero_without_a_second_dense_candidate():
+    """A filter to a one-chunk document (billing/plans.csv) or a one-chunk store: dense_margin was the
+    top cosine itself (top-1 minus a missing top-2 read as 0), which the built-in model weighs +9.6:
+    'Which IP addresses do webhook deliveries come from?' filtered to plans.csv was answered at
+    P(answerable) 0.88 with relevance 0.09."""
+    import numpy as np
+
+    from kbtool.query.signals import _margin
+
+    assert _margin(np.array([0.13]), {"a": 1}, {"a": 0}, second_required=True) == 0.0
+    assert _margin(np.array([0.5, 0.3]), {"a": 1, "b": 2}, {"a": 0, "b": 1}, second_required=True) == 0.2
+    # BM25: a chunk that holds no query term scores a real 0
+    assert _margin(np.array([0.4]), {"a": 1}, {"a": 0}) == 0.4
+
+
+def test_a_question_filtered_to_one_chunk_it_cannot_answer_is_not_answered(sample_store, embedder):
+    from kbtool.query.pipeline import retrieve
+
+    q = "Which IP addresses do webhook deliveries come from?"
+    ans = retrieve(sample_store, contract(), q, embedder=embedder, filters=["doc_id=billing/plans.csv"])
+    assert ans.signals["dense_margin"] == 0.0
+    assert ans.decision == "refuse", (ans.confidence, ans.signals)

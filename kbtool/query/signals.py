@@ -14,7 +14,7 @@ Signals (all numbers, in [0, 1] unless said otherwise):
   (names the knowledge base never mentions; weights: ``term_weights``);
 - ``absent_top``: the weighted share of the question's terms the top hit does not contain;
 - ``agreement``: the share of retrievers whose top 5 holds the fused top hit (0, 0.5 or 1);
-- ``dense_margin``: top-1 minus top-2 cosine of the dense retriever;
+- ``dense_margin``: top-1 minus top-2 cosine of the dense retriever (0 with a single candidate);
 - ``bm25_margin``: top-1 minus top-2 BM25 score of the BM25 retriever, over the coverage bound;
 - ``identifier``, ``cjk``: 1 when the question is of that detected type, else 0;
 - ``terms``: log(1 + number of distinct analysed question terms).
@@ -97,10 +97,14 @@ def _share(weights: dict[str, tuple[float, bool]], absent) -> float:
     return sum(w for t, (w, _) in weights.items() if absent(t)) / total
 
 
-def _margin(scores: np.ndarray, ranks: dict[str, int], pos: dict[str, int]) -> float:
+def _margin(scores: np.ndarray, ranks: dict[str, int], pos: dict[str, int], second_required: bool = False) -> float:
+    """Top-1 minus top-2 score of a retriever's own list. Without a second candidate: the top score
+    (BM25: every other chunk holds no query term, a real 0), or with ``second_required`` 0 (dense:
+    every chunk in scope has a cosine, so a lone candidate means a scope of one chunk, with nothing
+    to stand out from)."""
     ordered = [scores[pos[c]] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:2]]
     ordered = [float(s) for s in ordered if not math.isnan(s)]
-    if not ordered:
+    if not ordered or (second_required and len(ordered) < 2):
         return 0.0
     return ordered[0] - (ordered[1] if len(ordered) > 1 else 0.0)
 
@@ -126,7 +130,7 @@ def compute(cands, hits, best, tokens_of) -> dict[str, float]:
         "absent_kb": round(_share(weights, lambda t: not weights[t][1]), 4),
         "absent_top": round(_share(weights, lambda t: t not in top_tokens), 4) if top is not None else 1.0,
         "agreement": round(sum(agree) / len(agree), 4) if agree else 0.0,
-        "dense_margin": round(_margin(cands.dense, cands.dense_rank, pos), 4),
+        "dense_margin": round(_margin(cands.dense, cands.dense_rank, pos, second_required=True), 4),
         "bm25_margin": round(_margin(cands.bm25, cands.bm25_rank, pos) / bound, 4) if bound > 0 else 0.0,
         "identifier": 1.0 if "identifier" in types else 0.0,
         "cjk": 1.0 if "cjk" in types else 0.0,
