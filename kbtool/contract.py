@@ -268,6 +268,16 @@ def _default_model() -> AnswerabilityModel:
 
 
 class Decide(_Strict):
+    @model_validator(mode="before")
+    @classmethod
+    def _own_thresholds_keep_confidence(cls, data):
+        # A contract that sets its own thresholds or tiers and names no model was written for the
+        # best hit's confidence (every contract before decide.model existed): the built-in model's
+        # probabilities would be compared with thresholds chosen for another scale.
+        if isinstance(data, dict) and "model" not in data and ("thresholds" in data or "tiers" in data):
+            return {**data, "model": None}
+        return data
+
     model: Optional[AnswerabilityModel] = Field(
         default_factory=_default_model, description="answerability model: thresholds compare P(answerable) from it; "
                           "null: they compare the best hit's confidence")
