@@ -78,7 +78,7 @@ class ModeResult:
     ranking: list[str]
     unit_scores: list[float]
     qrels: dict[str, float]
-    top_score: float | None  # the top hit's confidence
+    top_score: float | None  # the decision value: P(answerable), or without a model the top hit's confidence
     refused: bool
     first_relevant_rank: int | None
     metrics: dict[str, float]
