@@ -54,10 +54,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from kbtool.cli import app  # noqa: E402
 from kbtool.contract import default_contract, dump_yaml, load_contract  # noqa: E402
-from kbtool.ingestion.pipeline import IngestOptions, ingest  # noqa: E402
 from kbtool.query.decide import MEANING, shown, shown_threshold, suggestions  # noqa: E402
 from kbtool.query.pipeline import retrieve  # noqa: E402
-from kbtool.store import Store  # noqa: E402
 
 from .conftest import public_and_restricted_store, write  # noqa: E402
 

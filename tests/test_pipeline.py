@@ -11,7 +11,7 @@ from kbtool.contract import default_contract, load_contract
 from kbtool.errors import AccessError
 from kbtool.evaluation.evaluate import EvalConfig, evaluate
 from kbtool.evaluation.questions import load_questions
-from kbtool.ingestion.pipeline import IngestOptions, ingest
+from kbtool.ingestion.pipeline import ingest
 from kbtool.query.pipeline import count_tokens_for, retrieve
 from kbtool.store import Store
 
