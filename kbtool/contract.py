@@ -393,21 +393,27 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
 
 MAX_CONTRACT_BYTES = 2**20  # 1 MB
 
-# The identifier tier before decide.model existed (thresholds on the best hit's confidence).
+# The confidence rule's defaults before decide.model existed (thresholds on the best hit's confidence).
+_CONFIDENCE_THRESHOLDS = {"answer": 0.5, "low_confidence": 0.4}
 _CONFIDENCE_TIERS = {"identifier": {"answer": 0.45, "low_confidence": 0.35}}
 
 
 def _thresholds_without_model(data: dict) -> None:
-    """A contract file that sets ``decide.thresholds`` but no ``decide.model`` was written for the
+    """A contract file whose ``decide`` sets thresholds or tiers but no ``model`` was written for the
     best hit's confidence (``contract init`` and ``calibrate --write`` before kbtool had a model
-    wrote exactly that): it keeps that meaning, ``decide.model: null`` (and, without tiers of its
-    own, the identifier tier of that time). The built-in model's P(answerable) compared with
-    thresholds chosen for confidence would refuse almost nothing. ``calibrate --write`` always
-    writes the model its thresholds were chosen with."""
+    wrote exactly that): it keeps that meaning, ``decide.model: null``, with the defaults of that
+    time for what it does not set (the built-in thresholds and tiers now are probabilities). Applied
+    to the file before ``--set`` overrides, so an override never changes which model applies.
+    ``calibrate --write`` always writes the model its thresholds were chosen with."""
     decide = data.get("decide")
-    if isinstance(decide, dict) and "thresholds" in decide and "model" not in decide:
-        decide["model"] = None
-        decide.setdefault("tiers", {k: dict(v) for k, v in _CONFIDENCE_TIERS.items()})
+    if not isinstance(decide, dict) or "model" in decide or not ("thresholds" in decide or "tiers" in decide):
+        return
+    decide["model"] = None
+    th = decide.setdefault("thresholds", dict(_CONFIDENCE_THRESHOLDS))
+    if isinstance(th, dict):
+        for key, value in _CONFIDENCE_THRESHOLDS.items():
+            th.setdefault(key, value)
+    decide.setdefault("tiers", {k: dict(v) for k, v in _CONFIDENCE_TIERS.items()})
 
 
 def _strict_loader(source):

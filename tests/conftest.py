@@ -74,6 +74,23 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def public_and_restricted_store(base: Path, public: dict, restricted: dict, meta: dict, embedder,
+                                folder: str = "secret"):
+    """A store of ``public`` documents and, from ``folder``, ``restricted`` ones ingested with
+    ``meta`` (e.g. access tags): {name: text} each."""
+    from kbtool.ingestion.pipeline import IngestOptions, ingest
+    from kbtool.store import Store
+
+    for name, text in public.items():
+        write(base / "public" / name, text)
+    for name, text in restricted.items():
+        write(base / folder / name, text)
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "public"], embedder=embedder).failed
+    assert not ingest(store, [base / folder], IngestOptions(metadata=meta), embedder=embedder).failed
+    return store
+
+
 class FakeEmbedder:
     """A deterministic, instant embedder for logic tests (fusion, confidence, decisions,
     calibrate's search): each word and word bigram is hashed into one of 64 dimensions, and the

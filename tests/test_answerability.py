@@ -230,3 +230,21 @@ def test_too_few_unanswerable_questions_fit_no_model_and_say_how_to_write_them(l
     note = next(n for n in r.notes if "answerability model needs" in n)
     assert "6 unanswerable" in note and "name what the knowledge base does not cover" in note
     assert r.thresholds is not None  # thresholds on the best hit's confidence, as before
+
+
+def test_a_contract_with_its_own_thresholds_and_no_model_keeps_the_confidence_rule(tmp_path):
+    """Contracts written before decide.model existed set thresholds for the best hit's confidence."""
+    old = write(tmp_path / "old.yaml", "contract_version: 4\ndecide:\n  thresholds: {answer: 0.516, low_confidence: 0.475}\n")
+    c = load_contract(old, search=False)
+    assert c.decide.model is None and c.decide.thresholds.answer == 0.516
+    tiers_only = write(tmp_path / "tiers.yaml", "contract_version: 1\ndecide:\n  tiers: {}\n")
+    assert load_contract(tiers_only, search=False).decide.model is None
+    # a contract naming no decide clause, or naming the model, gets what it says
+    assert load_contract(write(tmp_path / "bare.yaml", "contract_version: 1\n"), search=False).decide.model is not None
+    built_in = load_contract(None, ["decide.thresholds.answer=0.9"], search=False)
+    assert built_in.decide.model is not None and built_in.decide.thresholds.answer == 0.9
+    # contract init's file names the model: load -> dump -> load keeps it
+    from kbtool.contract import default_contract, dump_yaml
+
+    again = write(tmp_path / "init.yaml", dump_yaml(default_contract()))
+    assert load_contract(again, search=False) == default_contract()

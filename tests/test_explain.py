@@ -54,12 +54,10 @@ from typer.testing import CliRunner  # noqa: E402
 
 from kbtool.cli import app  # noqa: E402
 from kbtool.contract import default_contract, dump_yaml, load_contract  # noqa: E402
-from kbtool.ingestion.pipeline import IngestOptions, ingest  # noqa: E402
 from kbtool.query.decide import MEANING, shown, shown_threshold, suggestions  # noqa: E402
 from kbtool.query.pipeline import retrieve  # noqa: E402
-from kbtool.store import Store  # noqa: E402
 
-from .conftest import write  # noqa: E402
+from .conftest import public_and_restricted_store, write  # noqa: E402
 
 runner = CliRunner()
 
@@ -85,15 +83,7 @@ SECRET = {"vault.md": "# Vault\n\nThe colour of the vault door is secret: grimbl
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory, embedder):
-    base = tmp_path_factory.mktemp("explain")
-    for name, text in DOCS.items():
-        write(base / "public" / name, text)
-    for name, text in SECRET.items():
-        write(base / "secret" / name, text)
-    store = Store.open(base / "kb", create=True)
-    assert not ingest(store, [base / "public"], embedder=embedder).failed
-    assert not ingest(store, [base / "secret"], IngestOptions(metadata={"access": "vault"}), embedder=embedder).failed
-    return store
+    return public_and_restricted_store(tmp_path_factory.mktemp("explain"), DOCS, SECRET, {"access": "vault"}, embedder)
 
 
 def contract(*sets):

@@ -11,11 +11,11 @@ from kbtool.contract import default_contract, load_contract
 from kbtool.errors import AccessError
 from kbtool.evaluation.evaluate import EvalConfig, evaluate
 from kbtool.evaluation.questions import load_questions
-from kbtool.ingestion.pipeline import IngestOptions, ingest
+from kbtool.ingestion.pipeline import ingest
 from kbtool.query.pipeline import count_tokens_for, retrieve
 from kbtool.store import Store
 
-from .conftest import ROOT, write
+from .conftest import ROOT, public_and_restricted_store, write
 
 runner = CliRunner()
 SAMPLE_SET = ROOT / "eval_sets" / "sample.jsonl"
@@ -64,15 +64,8 @@ The payroll run for grimbleflax contractors happens on the 25th; the cleanup job
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory, embedder):
-    base = tmp_path_factory.mktemp("pipe")
-    for name, text in PUBLIC.items():
-        write(base / "public" / name, text)
-    for name, text in SECRET.items():
-        write(base / "finance" / name, text)
-    store = Store.open(base / "kb", create=True)
-    assert not ingest(store, [base / "public"], embedder=embedder).failed
-    assert not ingest(store, [base / "finance"], IngestOptions(metadata={"access": "finance", "cost_centre": "fin-7"}), embedder=embedder).failed
-    return store
+    return public_and_restricted_store(tmp_path_factory.mktemp("pipe"), PUBLIC, SECRET,
+                                       {"access": "finance", "cost_centre": "fin-7"}, embedder, folder="finance")
 
 
 def contract(*sets):

@@ -68,9 +68,16 @@ def test_thresholds_written_without_a_model_compare_the_best_hits_confidence(tmp
     # thresholds alone: the identifier tier of that time too (the built-in one is a probability)
     th_only = load_contract(write(tmp_path / "t.yaml", OLD.split("  tiers:")[0]), search=False)
     assert th_only.decide.model is None and th_only.decide.tiers["identifier"].answer == 0.45
-    # tiers alone set no scale of their own: the built-in model and default thresholds stay
+    # tiers alone: the thresholds of that time too
     tiers_only = load_contract(write(tmp_path / "u.yaml", "contract_version: 1\ndecide:\n  tiers: {}\n"), search=False)
-    assert tiers_only.decide.model is not None
+    assert tiers_only.decide.model is None and tiers_only.decide.tiers == {}
+    assert (tiers_only.decide.thresholds.answer, tiers_only.decide.thresholds.low_confidence) == (0.5, 0.4)
+    half = load_contract(write(tmp_path / "h.yaml", "contract_version: 1\ndecide:\n  thresholds: {low_confidence: 0.3}\n"),
+                         search=False)
+    assert (half.decide.thresholds.answer, half.decide.thresholds.low_confidence) == (0.5, 0.3)
+    # an override never changes which model applies: a file without a decide section keeps the built-in model
+    assert load_contract(write(tmp_path / "s.yaml", "contract_version: 1\n"), ["decide.thresholds.low_confidence=0.7"],
+                         search=False).decide.model is not None
     # no thresholds of its own: the built-in model and thresholds, a consistent pair
     plain = load_contract(write(tmp_path / "p.yaml", "contract_version: 1\nretrieve:\n  top_k: 5\n"), search=False)
     assert plain.decide.model is not None

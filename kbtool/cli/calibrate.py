@@ -12,7 +12,7 @@ from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, op
 @app.command()
 @handle_errors
 def calibrate(
-    questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Labelled question set (as for eval), with unanswerable questions for thresholds.")],
+    questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Labelled question set (as for eval), with unanswerable questions for the model (10+) and thresholds (5+).")],
     contract: Annotated[Optional[Path], typer.Option("--contract", help="Contract to calibrate and (with --write) update [default: $KBTOOL_CONTRACT, else ./kbtool.yaml, else the built-in one, written to ./kbtool.yaml].")] = None,
     set_: SetOpt = None,
     objective: Annotated[str, typer.Option("--objective", help="Metric to maximise, e.g. ndcg@10, mrr@10, hit_rate@5.")] = "ndcg@10",
@@ -31,8 +31,9 @@ def calibrate(
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
-    """Tune fusion weights (per question type) by cross-validation and choose refusal thresholds
-    on labelled questions; print the change as a diff, --write it into the contract."""
+    """Tune fusion weights (per question type) by cross-validation, fit the answerability model
+    (P(answerable) from the pipeline's signals, out of fold) and choose refusal thresholds on
+    labelled questions; print the change as a diff, --write it into the contract."""
     import difflib
 
     from ..contract import CONTRACT_FILE, calibrated_text, dump_yaml, find_contract, load_contract

@@ -26,7 +26,7 @@ def eval_(
     metrics: Annotated[Optional[List[str]], typer.Option("--metrics", help="hit_rate, mrr, ndcg, recall, precision, map (comma-separated) [default: all].")] = None,
     level: Annotated[str, typer.Option("--level", help="auto (chunk level when evidence is given), doc or chunk.")] = "auto",
     depth: Annotated[int, typer.Option("--depth", min=1, help="Chunks retrieved per question and mode.")] = 100,
-    threshold: Annotated[Optional[List[str]], typer.Option("--threshold", help="mode=value: refuse when the value the contract decides on (P(answerable) with decide.model, else the top hit's confidence) is below it, instead of the contract's thresholds (repeatable).")] = None,
+    threshold: Annotated[Optional[List[str]], typer.Option("--threshold", help="mode=value: refuse when the question's P(answerable) (without a model: the top hit's confidence) is below it, instead of the contract's thresholds (repeatable).")] = None,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value applied to every question (repeatable).")] = None,
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file: TREC (qid 0 doc grade) or BEIR TSV.")] = None,
     split: Annotated[str, typer.Option("--split", help="BEIR qrels split (qrels/<split>.tsv).")] = "test",

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from ..errors import InputError, UsageError
 from ..query.retriever import is_single
-from .metrics import METRICS, parse_metric
+from .metrics import METRICS, RATE_NEEDS, RATES, parse_metric, refusal_rates
 
 
 def is_single_mode(mode: str) -> bool:
@@ -30,7 +30,6 @@ _GATE_HELP = ("write [mode:]metric@k[tag]=value (meaning at least), or with <= /
 
 
 def _rates():
-    from .evaluate import RATES  # evaluate imports this module
 
     return RATES
 
@@ -81,7 +80,6 @@ def primary_mode(modes: Sequence[str]) -> str:
 
 def prepare_gates(specs: Sequence[str], config: EvalConfig, qs: QuestionSet) -> list[dict]:
     """Parse and check every gate spec before anything runs (a typo fails in a second, not after the run)."""
-    from .evaluate import RATE_NEEDS
 
     default = primary_mode(config.modes)
     scorable_tags = {t for q in qs.questions if q.answerable for t in q.tags}
@@ -319,7 +317,6 @@ def recorded_gate(contract, report: EvalReport, delta: float) -> dict:
     more than ``delta`` above the recorded one, the correct-refusal rate no more than ``delta``
     below it (rates from ``calibration.recorded.refusal``'s counts). Returns {delta, checks
     [{spec, metric, op, recorded, required, actual, passed}], skipped [reasons], passed}."""
-    from .evaluate import refusal_rates
 
     cal = contract.calibration or {}
     rec = cal.get("recorded") or {}

@@ -15,7 +15,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..query.retriever import parse_mode
 from .compare import is_single_mode
-from .metrics import DEFAULT_METRICS, METRICS, score
+from .metrics import DEFAULT_METRICS, METRICS, RATE_NEEDS, RATES, refusal_rates, round6, score  # noqa: F401 (re-exported)
 from .questions import Question, QuestionSet
 from .units import EvidenceMatcher, level_of, units
 
@@ -24,15 +24,6 @@ DEFAULT_MODES = ("bm25", "dense", "contract")
 # Refusal rates, gateable like the ranking metrics (``--fail-under 'contract:false_refusal<=0.1'``).
 # A question counts as refused when its decision is ``refuse``; ``low_confidence`` is an answer
 # (with a notice). Each rate is None when the set has none of the questions it divides by.
-RATES = {
-    "false_refusal": "answerable questions refused / answerable questions",
-    "false_answer": "unanswerable questions not refused / unanswerable questions",
-    "correct_refusal": "unanswerable questions refused / unanswerable questions (1 - false_answer)",
-}
-RATE_NEEDS = {"false_refusal": "answerable", "false_answer": "unanswerable", "correct_refusal": "unanswerable"}
-LOWER_IS_BETTER = {"false_refusal", "false_answer"}
-
-
 @dataclass
 class EvalConfig:
     modes: Sequence[str] = DEFAULT_MODES
@@ -78,7 +69,7 @@ class ModeResult:
     ranking: list[str]
     unit_scores: list[float]
     qrels: dict[str, float]
-    top_score: float | None  # the top hit's confidence
+    top_score: float | None  # the decision value: P(answerable), or without a model the top hit's confidence
     refused: bool
     first_relevant_rank: int | None
     metrics: dict[str, float]
@@ -119,7 +110,7 @@ class EvalReport:
 
     def metrics(self) -> dict[str, dict[str, float | None]]:
         """Mean of each metric over answerable questions (None when there are none)."""
-        return {m: {name: _round(self.mean(m, name)) for name in self.config.metric_names()}
+        return {m: {name: round6(self.mean(m, name)) for name in self.config.metric_names()}
                 for m in self.config.modes}
 
     def tags(self) -> list[str]:
@@ -132,7 +123,7 @@ class EvalReport:
             answerable = [r for r in rows if r.question.answerable]
             entry: dict = {"count": len(rows), "answerable": len(answerable)}
             if answerable:
-                entry["metrics"] = {m: {name: _round(self.mean(m, name, tag)) for name in self.config.metric_names()}
+                entry["metrics"] = {m: {name: round6(self.mean(m, name, tag)) for name in self.config.metric_names()}
                                     for m in self.config.modes}
             entry["refusal"] = {m: {**(c := self._refusal(m, rows)), **refusal_rates(c)} for m in self.config.modes}
             out[tag] = entry
@@ -308,20 +299,6 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
 
     restricted = access_tags(base, principal, allow) is not None
     return EvalReport(qs, config, results, _store_info(store, restricted), source=source)
-
-
-def refusal_rates(counts: dict) -> dict[str, float | None]:
-    """``RATES`` from refusal counts {unanswerable, correctly_refused, answerable, wrongly_refused}
-    (``EvalReport.refusal()``'s or the contract's ``calibration.recorded.refusal``), rounded to 6."""
-    ans, unans = counts.get("answerable") or 0, counts.get("unanswerable") or 0
-    fr = counts["wrongly_refused"] / ans if ans else None
-    cr = counts["correctly_refused"] / unans if unans else None
-    return {"false_refusal": _round(fr), "false_answer": None if cr is None else _round(1 - cr),
-            "correct_refusal": _round(cr)}
-
-
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 6)
 
 
 def _store_info(store, restricted: bool = False) -> dict:

@@ -105,3 +105,26 @@ def parse_metric(name: str) -> tuple[str, int]:
 def score(name: str, ranking: Ranking, qrels: Qrels) -> float:
     base, k = parse_metric(name)
     return METRICS[base](ranking, qrels, k)
+
+
+# ---- refusal rates (gateable like the ranking metrics: eval --fail-under 'contract:false_refusal<=0.1') ----
+RATES = {
+    "false_refusal": "answerable questions refused / answerable questions",
+    "false_answer": "unanswerable questions not refused / unanswerable questions",
+    "correct_refusal": "unanswerable questions refused / unanswerable questions (1 - false_answer)",
+}
+RATE_NEEDS = {"false_refusal": "answerable", "false_answer": "unanswerable", "correct_refusal": "unanswerable"}
+
+
+def refusal_rates(counts: dict) -> dict[str, float | None]:
+    """``RATES`` from refusal counts {unanswerable, correctly_refused, answerable, wrongly_refused}
+    (``EvalReport.refusal()``'s or the contract's ``calibration.recorded.refusal``), rounded to 6."""
+    ans, unans = counts.get("answerable") or 0, counts.get("unanswerable") or 0
+    fr = counts["wrongly_refused"] / ans if ans else None
+    cr = counts["correctly_refused"] / unans if unans else None
+    return {"false_refusal": round6(fr), "false_answer": None if cr is None else round6(1 - cr),
+            "correct_refusal": round6(cr)}
+
+
+def round6(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)

@@ -9,6 +9,10 @@ chunk's BM25 score divided by the score of a chunk as good as the best one on *e
 (a query term no chunk contains counts as a rare term: it lowers every chunk's coverage), and
 the weights are the question's fusion weights (a single retriever uses its own part alone). It
 never depends on ranks, so a threshold on it means the same across questions.
+
+The **decision** compares the thresholds with P(answerable) when the contract has an
+answerability model (``decide.model``: ``answerability`` applies it to the question's signals,
+``kbtool.query.signals``), else with the best hit's confidence.
 """
 
 from __future__ import annotations
