@@ -57,7 +57,7 @@ def test_roc_points_run_from_origin_to_corner():
 def _synthetic(n=400, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 3)) * [1.0, 5.0, 0.01] + [0.5, 10.0, 0.0]
-    z = 2.0 * (X[:, 0] - 0.5) - 0.4 * (X[:, 1] - 10.0)
+    z = 2.0 * (X[:, 0] - 0.5) + 0.4 * (X[:, 1] - 10.0)
     y = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(int)
     return X, y
 
@@ -69,8 +69,20 @@ def test_folded_coefficients_equal_the_standardised_model():
     X, y = _synthetic()
     coef, b = am._logistic(X, y)
     scaler = StandardScaler().fit(X)
-    ref = LogisticRegression(C=am.C, class_weight="balanced", max_iter=5000).fit(scaler.transform(X), y)
-    assert np.allclose(b + X @ coef, ref.decision_function(scaler.transform(X)), atol=1e-6)
+    ref = LogisticRegression(C=am.C, class_weight="balanced", max_iter=5000, tol=1e-10).fit(scaler.transform(X), y)
+    assert np.allclose(b + X @ coef, ref.decision_function(scaler.transform(X)), atol=1e-4)
+
+
+def test_a_signal_is_held_to_its_sign():
+    """absent_kb may only lower P(answerable): data where it raises it gets weight 0, and the
+    other signal keeps its own."""
+    X, y = _synthetic()
+    free, _ = am._logistic(X[:, :2], y)
+    assert free[1] > 0  # the second feature raises P in this data
+    held, _ = am._logistic(X[:, :2], y, [1, -1])  # ... but is held to <= 0
+    assert held[1] == 0.0 and held[0] > 0
+    fitted, _ = am.fit(["relevance", "absent_kb"], X[:, :2], y)
+    assert fitted.coefficients[1] == 0.0 and am.SIGNS["absent_kb"] == -1 and am.SIGNS["cosine"] == 1
 
 
 def test_fit_recovers_a_real_signal_and_its_probabilities_are_calibrated():

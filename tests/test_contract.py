@@ -310,7 +310,8 @@ def test_cli_validate_good_and_bad(tmp_path):
     r = run("contract", "validate", tmp_path / "missing.yaml")
     assert r.exit_code == 1 and "missing.yaml" in r.stderr and "kbtool contract init" in r.stderr
 
-    r = run("contract", "validate", good, "--set", "decide.thresholds.low_confidence=0.9")
+    r = run("contract", "validate", good, "--set", "decide.thresholds.answer=0.3", "--set",
+            "decide.thresholds.low_confidence=0.9")
     assert r.exit_code == 1 and "decide.thresholds" in r.stderr
 
 

@@ -1,7 +1,8 @@
 """Fitting the answerability model: P(answerable) from the pipeline's signals, with honest numbers.
 
-``fit(X, y)`` fits a regularised logistic regression (scikit-learn; features standardised, class
-weights balanced for the usual few unanswerable questions) and a Platt calibration map on
+``fit(X, y)`` fits a regularised logistic regression (scikit-learn's objective, minimised by scipy
+so each coefficient keeps the sign its signal must have; features standardised, class weights
+balanced for the usual few unanswerable questions) and a Platt calibration map on
 out-of-fold scores, so the probability means what it says at the question set's mix of
 answerable and unanswerable questions. Everything reported is out of fold: each question's
 probability comes from a model (and a calibration map) fitted without it — nested
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -25,6 +27,12 @@ C = 0.3  # inverse L2 strength on standardised features (few unanswerable questi
 # eval_sets/fastapi-docs.jsonl, mean AUC 0.826 vs 0.805 with all eleven). Every signal is still
 # computed and reported (``signal_auc``); a contract's model may weigh any of them.
 MODEL_FEATURES = ("relevance", "cosine", "coverage", "absent_kb", "absent_top", "dense_margin")
+# The direction each signal may push P(answerable): a hit more like the question never lowers it,
+# a question term the knowledge base lacks never raises it (+1: coefficient >= 0, -1: <= 0, 0:
+# free). Without it a model fitted on near misses alone learnt a negative cosine weight, and
+# answered questions far from every document ("What is the capital of France?").
+SIGNS = {"relevance": 1, "cosine": 1, "coverage": 1, "absent_kb": -1, "absent_top": -1, "agreement": 1,
+         "dense_margin": 1, "bm25_margin": 1, "identifier": 0, "cjk": 0, "terms": 0}
 MIN_EACH = 10  # answerable and unanswerable questions a model needs (fewer: no model is fitted)
 
 
@@ -57,16 +65,33 @@ def _folds(y: np.ndarray, k: int, seed: int):
     return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
 
 
-def _logistic(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Coefficients and intercept on the features' own scale (standardisation folded in)."""
-    from sklearn.linear_model import LogisticRegression
+def _logistic(X: np.ndarray, y: np.ndarray, signs: Sequence[int] | None = None) -> tuple[np.ndarray, float]:
+    """Coefficients and intercept on the features' own scale (standardisation folded in).
+
+    scikit-learn's objective (L2 ``0.5 |w|^2 + C * sum(weight * log loss)``, balanced class
+    weights), minimised by scipy's L-BFGS-B so that a coefficient can be held to its sign: +1 at
+    least 0, -1 at most 0, 0 free (``SIGNS``). Without signs it is sklearn's LogisticRegression."""
+    from scipy.optimize import minimize
 
     mean = X.mean(axis=0)
     scale = X.std(axis=0)
     scale[scale < 1e-9] = 1.0  # a constant feature (no CJK question in the set) gets no weight
-    m = LogisticRegression(C=C, class_weight="balanced", max_iter=5000).fit((X - mean) / scale, y)
-    coef = m.coef_[0] / scale
-    return coef, float(m.intercept_[0] - (m.coef_[0] * mean / scale).sum())
+    Z = (X - mean) / scale
+    n_pos, n_neg = max(1, int(y.sum())), max(1, int((y == 0).sum()))
+    w = np.where(y == 1, len(y) / (2 * n_pos), len(y) / (2 * n_neg))  # class_weight="balanced"
+
+    def objective(p):
+        z = p[0] + Z @ p[1:]
+        loss = C * float(np.sum(w * (np.logaddexp(0, z) - y * z))) + 0.5 * float(p[1:] @ p[1:])
+        g = C * w * (1 / (1 + np.exp(-z)) - y)
+        return loss, np.concatenate([[g.sum()], Z.T @ g + p[1:]])
+
+    signs = list(signs) if signs is not None else [0] * X.shape[1]
+    bounds = [(None, None)] + [(0, None) if s > 0 else (None, 0) if s < 0 else (None, None) for s in signs]
+    r = minimize(objective, np.zeros(X.shape[1] + 1), jac=True, method="L-BFGS-B", bounds=bounds,
+                 options={"maxiter": 5000, "gtol": 1e-9})
+    coef = r.x[1:] / scale
+    return coef, float(r.x[0] - (r.x[1:] * mean / scale).sum())
 
 
 def _platt(scores: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -79,10 +104,10 @@ def _platt(scores: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(m.coef_[0][0]), float(m.intercept_[0])
 
 
-def _oof_scores(X, y, folds) -> np.ndarray:
+def _oof_scores(X, y, folds, signs) -> np.ndarray:
     out = np.zeros(len(y))
     for train, test in folds:
-        coef, b = _logistic(X[train], y[train])
+        coef, b = _logistic(X[train], y[train], signs)
         out[test] = b + X[test] @ coef
     return out
 
@@ -90,15 +115,16 @@ def _oof_scores(X, y, folds) -> np.ndarray:
 def fit(features: list[str], X: np.ndarray, y: np.ndarray, *, folds: int = 5, seed: int = 0) -> tuple[Fitted, np.ndarray]:
     """The model fitted on every question, and each question's out-of-fold probability."""
     X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=int)
+    signs = [SIGNS.get(f, 0) for f in features]
     outer = _folds(y, folds, seed)
     oof = np.zeros(len(y))
     for train, test in outer:
         inner = _folds(y[train], folds, seed + 1)
-        slope, offset = _platt(_oof_scores(X[train], y[train], inner), y[train])
-        coef, b = _logistic(X[train], y[train])
+        slope, offset = _platt(_oof_scores(X[train], y[train], inner, signs), y[train])
+        coef, b = _logistic(X[train], y[train], signs)
         oof[test] = 1.0 / (1.0 + np.exp(-np.clip(slope * (b + X[test] @ coef) + offset, -60, 60)))
-    slope, offset = _platt(_oof_scores(X, y, outer), y)
-    coef, b = _logistic(X, y)
+    slope, offset = _platt(_oof_scores(X, y, outer, signs), y)
+    coef, b = _logistic(X, y, signs)
     return Fitted(list(features), [float(c) for c in coef], b, slope, offset), oof
 
 

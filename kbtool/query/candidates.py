@@ -38,7 +38,7 @@ class Candidates:
     query_terms: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     # distinct query term -> (IDF over the permitted chunks, some permitted chunk holds it)
-    term_weights: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    term_weights: dict[str, tuple[float, bool]] | None = None  # None: no BM25 index to weigh them
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
 
 
@@ -113,7 +113,7 @@ class Gatherer:
                                 row = index.row_of.get(c)
                                 bm25[pos[c]] = float(scores[row]) if row is not None else 0.0
                 bound = index.bound(terms, mask, scoped) if index is not None else 0.0
-                weights = term_weights(index, terms, mask) if index is not None else {}
+                weights = term_weights(index, terms, mask) if index is not None else None
                 out.append(Candidates(
                     processed=p, ids=ids, dense=dense, bm25=bm25,
                     dense_rank={c: r for r, (c, _) in enumerate(d, start=1)},

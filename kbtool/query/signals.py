@@ -12,7 +12,8 @@ Signals (all numbers, in [0, 1] unless said otherwise):
 - ``cosine``, ``coverage``: the best cosine and the best BM25 coverage among the top hits;
 - ``absent_kb``: the weighted share of the question's terms that no permitted chunk contains
   (names the knowledge base never mentions; weights: ``term_weights``);
-- ``absent_top``: the weighted share of the question's terms the top hit does not contain;
+- ``absent_top``: the weighted share of the question's terms the top hit does not contain (both
+  are 1 for a question with no informative term at all: '???', 'the a of');
 - ``agreement``: the share of retrievers whose top 5 holds the fused top hit (0, 0.5 or 1);
 - ``dense_margin``: top-1 minus top-2 cosine of the dense retriever (0 with a single candidate);
 - ``bm25_margin``: top-1 minus top-2 BM25 score of the BM25 retriever, over the coverage bound;
@@ -90,10 +91,14 @@ def _frequencies(lang: str) -> dict[str, float]:
     return get_frequency_dict(lang)
 
 
-def _share(weights: dict[str, tuple[float, bool]], absent) -> float:
+def _share(weights: dict[str, tuple[float, bool]] | None, absent) -> float:
+    """The weighted share of the terms ``absent`` picks. A question with no informative term
+    ('???', 'the a of') has nothing a chunk could hold: 1. Weights not computed (no BM25): 0."""
+    if weights is None:
+        return 0.0
     total = sum(w for w, _ in weights.values())
     if total <= 0:
-        return 0.0
+        return 1.0
     return sum(w for t, (w, _) in weights.items() if absent(t)) / total
 
 
@@ -113,7 +118,7 @@ def compute(cands, hits, best, tokens_of) -> dict[str, float]:
     """The signals of one answered question. ``hits``: the hits the decision looks at (the
     contract's top_k), ``best``: the one with the top confidence, ``tokens_of(chunk_id)``: the
     analysed tokens of a hit (cached by the caller)."""
-    weights = cands.term_weights
+    weights = cands.term_weights  # None: not computed (no BM25 index)
     top = hits[0] if hits else None
     top_tokens = set(tokens_of(top.chunk_id)) if top is not None and weights else set()
     pos = {c: i for i, c in enumerate(cands.ids)}
@@ -134,5 +139,5 @@ def compute(cands, hits, best, tokens_of) -> dict[str, float]:
         "bm25_margin": round(_margin(cands.bm25, cands.bm25_rank, pos) / bound, 4) if bound > 0 else 0.0,
         "identifier": 1.0 if "identifier" in types else 0.0,
         "cjk": 1.0 if "cjk" in types else 0.0,
-        "terms": round(math.log1p(len(weights)), 4),
+        "terms": round(math.log1p(len(weights or {})), 4),
     }

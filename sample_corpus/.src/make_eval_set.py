@@ -272,6 +272,16 @@ Q = [
      ["unanswerable"]),  # data-residency.md: bundles "kept in the region of the workspace", no duration
     ("Where can I download Tidewater's yearly transparency report?", [],
      ["unanswerable"]),  # data-residency.md: "A yearly transparency report lists ...", no location
+    # q111-q116: off-topic questions a chat front-end receives, far from every document (an
+    # answerability model fitted on near misses alone learnt that a chunk *less* like the question
+    # meant "answerable": tests/test_review16.py). Grep: [mona lisa, jupiter, moons, banana,
+    # world cup, boiling, fahrenheit, 北京, 天气] 0 hits.
+    ("Who painted the Mona Lisa?", [], ["unanswerable", "off-topic"]),
+    ("How many moons does Jupiter have?", [], ["unanswerable", "off-topic"]),
+    ("What is a good recipe for banana bread?", [], ["unanswerable", "off-topic"]),
+    ("Which team won the 2018 football World Cup?", [], ["unanswerable", "off-topic"]),
+    ("What is the boiling point of water in Fahrenheit?", [], ["unanswerable", "off-topic"]),
+    ("明天北京的天气怎么样？", [], ["unanswerable", "off-topic", "zh"]),
 ]
 
 # ---------------------------------------------------------------- visible text
