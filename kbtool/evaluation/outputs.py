@@ -109,9 +109,9 @@ def plot_calibration(result, path) -> None:
     bins = [i / 20 for i in range(21)]
     ax.hist(result.distributions["answerable"], bins=bins, alpha=0.6, label="answerable")
     ax.hist(result.distributions["unanswerable"], bins=bins, alpha=0.6, label="unanswerable")
-    value = "P(answerable), out of fold" if fitted else "top confidence"
-    ax.set_xlabel(value)
-    ax.set_title(f"{'P(answerable)' if fitted else 'Confidence'} by question kind")
+    probability = fitted or a.get("decided_by") == "P(answerable)"  # a fitted model, or the contract's kept one
+    ax.set_xlabel("P(answerable), out of fold" if fitted else "P(answerable)" if probability else "top confidence")
+    ax.set_title(f"{'P(answerable)' if probability else 'Confidence'} by question kind")
     ax.legend()
     ax = axes[2]
     for g, curve in result.weight_curves.items():
