@@ -81,26 +81,30 @@ def test_a_signal_is_held_to_its_sign():
     assert free[1] > 0  # the second feature raises P in this data
     held, _ = am._logistic(X[:, :2], y, [1, -1])  # ... but is held to <= 0
     assert held[1] == 0.0 and held[0] > 0
-    fitted, _ = am.fit(["relevance", "absent_kb"], X[:, :2], y)
+    fitted, _, _ = am.fit(["relevance", "absent_kb"], X[:, :2], y)
     assert fitted.coefficients[1] == 0.0 and am.SIGNS["absent_kb"] == -1 and am.SIGNS["cosine"] == 1
 
 
 def test_fit_recovers_a_real_signal_and_its_probabilities_are_calibrated():
     X, y = _synthetic(n=1000)
-    fitted, oof = am.fit(["relevance", "cosine", "coverage"], X, y)
+    fitted, oof, refused = am.fit(["relevance", "cosine", "coverage"], X, y, pick=lambda a, u: 0.5)
+    assert (refused == (oof < 0.5)).all()  # each fold's threshold applied to its own probabilities
+    seen = []
+    am.fit(["relevance"], X[:, :1], y, folds=4, pick=lambda a, u: seen.append(len(a) + len(u)) or 0.5)
+XX
     q = am.quality(y, oof)
     assert q["auc"] > 0.8
     assert q["calibration_error"] < 0.06  # out of fold, on a logistic truth
     # noise alone: no skill out of fold
     rng = np.random.default_rng(1)
-    _, noise = am.fit(["relevance"], rng.normal(size=(300, 1)), y[:300])
+    _, noise, _ = am.fit(["relevance"], rng.normal(size=(300, 1)), y[:300])
     assert abs(am.auc(y[:300], noise) - 0.5) < 0.12
 
 
 def test_the_contract_model_computes_what_the_fit_computes():
     X, y = _synthetic()
     names = ["relevance", "cosine", "coverage"]
-    fitted, _ = am.fit(names, X, y)
+    fitted, _, _ = am.fit(names, X, y)
     model = AnswerabilityModel.model_validate(fitted.to_contract({"question_set": "synthetic"}))
     for row, p in zip(X[:20], fitted.probability(X[:20])):
         assert answerability(dict(zip(names, row)), model) == pytest.approx(p, abs=1e-3)

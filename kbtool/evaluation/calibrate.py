@@ -331,15 +331,16 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     # The answerability model, fitted on the signals under the fusion that will be written; the
     # thresholds from each question's out-of-fold P(answerable) (without a model: its confidence).
     final = written_contract(contract, adopted, proposed) if adopted else contract
-    model, conf, answerability = _answerability(final, items, folds=folds, seed=seed, source=source, qs=qs)
+    model, conf, answerability = _answerability(final, items, folds=folds, seed=seed, source=source, qs=qs,
+                                                max_fa=max_false_answer, max_fr=max_false_refusal)
     notes += answerability.pop("notes")
     if model is not None:
         final = final.model_copy(update={"decide": final.decide.model_copy(update={"model": model})})
     thresholds, table, tnotes = _thresholds(final, items, conf, max_false_answer, max_false_refusal)
     notes += tnotes
-    if model is not None and thresholds:
-        answerability["heldout_thresholds"] = _heldout_rates(items, conf, folds, seed, max_false_answer,
-                                                             max_false_refusal)
+    held = answerability.pop("refused", None)
+    if model is not None and thresholds and held is not None:
+        answerability["heldout_thresholds"] = _heldout_rates(*held)
     if thresholds:
         answerability["mistakes"] = _mistakes(final, items, conf, thresholds, answerability.pop("signals"))
     else:
@@ -527,7 +528,7 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
     return {"default": default, "tiers": tiers, "overall": overall}, table, notes
 
 
-def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
+def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, max_fa=None, max_fr=None):
     """(model or None, each question's P(answerable) out of fold or its confidence, report).
 
     With at least ``MIN_EACH`` answerable and unanswerable questions a model is fitted on the
@@ -557,7 +558,9 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs):
         conf = {id(it): it.answer(contract).confidence for it in items}
         return None, conf, report
     cols = [FEATURES.index(f) for f in am.MODEL_FEATURES]
-    fitted, oof = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed)
+    pick = lambda a, u: _pick(a.tolist(), u.tolist(), max_fa, max_fr)[0]  # noqa: E731 (as the written threshold)
+    fitted, oof, refused = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed, pick=pick)
+    report["refused"] = (y, refused)
     report["fitted"] = True
     report["decided_by"] = "P(answerable)"
     report["oof"] = am.quality(y, oof)
@@ -596,18 +599,12 @@ def _round(x):
     return None if x is None else round(float(x), 4)
 
 
-def _heldout_rates(items, conf, folds: int, seed: int, max_fa, max_fr) -> dict:
-    """Refusal rates when the refuse threshold is also chosen without the question it decides:
-    per fold, chosen (as ``_pick`` chooses it) on the other folds' out-of-fold probabilities, one
-    threshold for every question; with 95 % Wilson intervals."""
+def _heldout_rates(y: np.ndarray, refused: np.ndarray) -> dict:
+    """Refusal rates when the refuse threshold, too, is chosen without the question it decides
+    (``answerability.fit`` with ``pick``: one threshold per outer fold for every question), with
+    95 % Wilson intervals."""
     from . import answerability as am
 
-    y = np.array([1 if it.q.answerable else 0 for it in items])
-    p = np.array([conf[id(it)] for it in items], dtype=float)
-    refused = np.zeros(len(y), dtype=bool)
-    for train, test in am._folds(y, folds, seed + 2):
-        low = _pick(p[train][y[train] == 1].tolist(), p[train][y[train] == 0].tolist(), max_fa, max_fr)[0]
-        refused[test] = p[test] < low
     un, ans = refused[y == 0], refused[y == 1]
     return {"correctly_refused": int(un.sum()), "unanswerable": int(len(un)),
             "refusal_rate": round(float(un.mean()), 4) if len(un) else None,
