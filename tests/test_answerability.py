@@ -91,7 +91,7 @@ def test_fit_recovers_a_real_signal_and_its_probabilities_are_calibrated():
     assert (refused == (oof < 0.5)).all()  # each fold's threshold applied to its own probabilities
     seen = []
     am.fit(["relevance"], X[:, :1], y, folds=4, pick=lambda a, u: seen.append(len(a) + len(u)) or 0.5)
-XX
+    assert len(seen) == 4 and all(n == 750 for n in seen)  # chosen on the 3 other folds' questions only
     q = am.quality(y, oof)
     assert q["auc"] > 0.8
     assert q["calibration_error"] < 0.06  # out of fold, on a logistic truth
