@@ -109,19 +109,19 @@ def test_a_single_retriever_mode_with_a_model_gathers_what_the_model_needs():
     from kbtool.query.pipeline import needed_retrievers
     from kbtool.query.retriever import contract_for_mode
 
-    c = contract()  # the built-in model weighs cosine (dense) and coverage (BM25)
-    assert set(needed_retrievers(contract_for_mode(c, "bm25"))) == {"dense", "bm25"}
+    c = contract()  # the built-in model weighs dense_margin (dense) and coverage (BM25)
+    assert needed_retrievers(contract_for_mode(c, "bm25")) == ("bm25",)  # BM25 answers without the model
     assert set(needed_retrievers(contract_for_mode(c, "dense"))) == {"dense", "bm25"}
     plain = contract("decide.model=null")
     assert needed_retrievers(contract_for_mode(plain, "bm25")) == ("bm25",)
-    only_bm25 = contract("decide.model={coefficients: {coverage: 2.0, absent_kb: -1.0}}")
-    assert needed_retrievers(contract_for_mode(only_bm25, "bm25")) == ("bm25",)
+    assert needed_retrievers(contract_for_mode(plain, "dense")) == ("dense",)
 
 
 def test_query_in_bm25_mode_decides_as_eval_does(sample_store, embedder):
-    """`kbtool query --mode bm25` gave the unanswerable q087 P(answerable) 0.87 ('answer'): without
-    the dense retriever its cosine read 0, which the built-in model (cosine weight -5.1) reads as
-    evidence *for* an answer. eval's bm25 mode (both retrievers gathered) refuses it."""
+    """`kbtool query --mode bm25` gave the unanswerable q087 P(answerable) 0.87 ('answer') while
+    eval's bm25 mode (both retrievers gathered) refused it: the signals differed. Now the BM25 mode
+    reads the dense signals as 0 wherever it runs, so query and eval decide alike, without the
+    embedding model."""
     from kbtool.evaluation.evaluate import EvalConfig, evaluate
     from kbtool.evaluation.questions import Question, QuestionSet
     from kbtool.query.pipeline import retrieve
@@ -130,7 +130,7 @@ def test_query_in_bm25_mode_decides_as_eval_does(sample_store, embedder):
     q = "How do I send Tidewater Sync notifications to a Slack channel?"
     c = contract()
     got = retrieve(sample_store, contract_for_mode(c, "bm25"), q, embedder=embedder)
-    assert got.signals["cosine"] > 0
+    assert got.signals["cosine"] == 0 and got.signals["dense_margin"] == 0 and got.signals["coverage"] > 0
     qs = QuestionSet(name="one", questions=[Question(id="u", question=q, relevant=[], tags=[])])
     report = evaluate(sample_store, qs, EvalConfig(modes=["bm25"], ks=[10], metrics=["ndcg"]), contract=c,
                       embedder=embedder)

@@ -233,12 +233,15 @@ SIGNALS_OF = {"dense": {"cosine", "dense_margin", "agreement"},
 
 
 def needed_retrievers(contract) -> tuple[str, ...]:
-    """The retrievers a query runs: the fusion's, and those whose signals the contract's model weighs
-    (a single-retriever mode then decides on the signals eval and calibrate see: a cosine read as 0
-    is evidence to a model that weighs it)."""
+    """The retrievers a query runs: the fusion's, and for the dense mode BM25 too when the
+    contract's model weighs its signals (local statistics, no model call). The BM25 mode never
+    runs the dense retriever — BM25 answers without the embedding model — and decides on its own
+    signals: ``answer`` reads the dense ones as 0 whatever was gathered, as eval and calibrate do."""
     method = contract.retrieve.fusion.method
     if method not in ("dense", "bm25"):
         return ("dense", "bm25")
+    if method == "bm25":
+        return ("bm25",)
     model = contract.decide.model
     used = {f for f, c in model.coefficients.items() if c} if model is not None else set()
     return tuple(r for r in ("dense", "bm25") if r == method or used & SIGNALS_OF[r])
@@ -318,6 +321,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
     sig = signals.compute(cands, window, best_hit, lambda cid: _tokens(store, cands, rows, cid))
+    if method == "bm25":  # BM25 alone: the dense retriever's signals read 0 however the candidates were gathered
+        sig.update({f: 0.0 for f in SIGNALS_OF["dense"]})
     model = contract.decide.model
     if model is not None:
         top = answerability(sig, model)
