@@ -256,3 +256,12 @@ def test_builtin_contract_is_named(sample_store, tmp_path, monkeypatch):
                             "--k", "5", "--metrics", "hit_rate", "--fail-under", "contract:correct_refusal>=0.01"])
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("contract: built-in (version 1)\n")
+
+
+def test_a_ranking_gate_outside_zero_to_one_is_a_usage_error():
+    from kbtool.errors import UsageError
+    from kbtool.evaluation.compare import parse_gate
+
+    with pytest.raises(UsageError, match=r"ndcg@10 lies between 0 and 1: a gate at 5 can never pass"):
+        parse_gate("ndcg@10>=5", "contract")
+    assert parse_gate("ndcg@10>=1", "contract")["required"] == 1.0

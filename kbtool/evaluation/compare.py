@@ -29,17 +29,12 @@ _GATE_HELP = ("write [mode:]metric@k[tag]=value (meaning at least), or with <= /
               "contract:false_refusal<=0.1, correct_refusal[unanswerable]>=0.8")
 
 
-def _rates():
-
-    return RATES
-
-
 def parse_gate(spec: str, default_mode: str) -> dict:
     """``[mode:]metric[tag]OP value``: OP ``=`` (at least, for ranking metrics only), ``>=`` or
     ``<=``; metric a ranking metric ``name@k`` or a refusal rate (``evaluate.RATES``). E.g.
     ``ndcg@10=0.6``, ``bm25:hit_rate@5[exact-id]>=0.9``, ``contract:false_refusal<=0.1``.
     The gate carries ``op`` when the spec gives ``<=`` / ``>=``; ``check_gates`` fills in ``>=``."""
-    rates = _rates()
+    rates = RATES
     m = _GATE.match(spec.strip())
     if not m:
         hint = ": use <= or >= (a gate includes its bound)" if re.search(r"[<>](?!=)", spec) else ""
@@ -64,6 +59,8 @@ def parse_gate(spec: str, default_mode: str) -> dict:
                 raise UsageError(f"gate {spec!r}: {base} needs a cut-off, e.g. {base}@10") from None
             raise UsageError(f"gate {spec!r}: unknown metric {metric!r}: use NAME@K with NAME one of "
                              f"{', '.join(METRICS)}, or a refusal rate: {', '.join(rates)}") from None
+        if not 0 <= value <= 1:  # every ranking metric here is a mean of per-question scores in [0, 1]
+            raise UsageError(f"gate {spec!r}: {metric} lies between 0 and 1: a gate at {value:g} can never pass")
     gate = {"spec": spec, "mode": m["mode"] or default_mode, "metric": metric, "tag": m["tag"], "required": value}
     if op != "=":
         gate["op"] = op
@@ -116,7 +113,7 @@ def _holds(actual: float | None, op: str, required: float) -> bool:
 def check_gates(report: EvalReport, gates: list[dict]) -> bool:
     ok = True
     for gate in gates:
-        if gate["metric"] in _rates():
+        if gate["metric"] in RATES:
             actual = report.rate(gate["mode"], gate["metric"], gate["tag"])
         else:
             actual = report.mean(gate["mode"], gate["metric"], gate["tag"])
