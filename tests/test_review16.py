@@ -239,3 +239,11 @@ def test_a_question_filtered_to_one_chunk_it_cannot_answer_is_not_answered(sampl
     ans = retrieve(sample_store, contract(), q, embedder=embedder, filters=["doc_id=billing/plans.csv"])
     assert ans.signals["dense_margin"] == 0.0
     assert ans.decision == "refuse", (ans.confidence, ans.signals)
+
+
+def test_a_two_character_chinese_word_the_knowledge_base_lacks_is_named(sample_store, embedder):
+    from kbtool.query.pipeline import retrieve
+
+    ans = retrieve(sample_store, contract(), "Tidewater Sync 有安卓或苹果手机客户端吗？", embedder=embedder)
+    assert ans.decision == "refuse" and "苹果" in ans.explanation["missing_terms"]
+    assert "never mentions" in ans.explanation["message"] and "苹果" in ans.explanation["message"]
