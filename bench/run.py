@@ -115,8 +115,6 @@ def prose(size: int, md: bool, seed: int = 0) -> str:
 def parse_worker(path: str, before: bool) -> None:
     """In its own process (so peak RSS is this file's): parse one file, print JSON. ``before``:
     unstructured's language detection on and no pieces, as kbtool parsed before issue 15."""
-    import resource
-
     from kbtool.ingestion import parse
 
     parse._use_blank_spacy()
@@ -127,12 +125,24 @@ def parse_worker(path: str, before: bool) -> None:
     partition_text(text="Warm up text.")
     if before:
         parse.NO_LANGUAGES, parse.PIECE_CHARS, parse.MARKDOWN_PIECE_CHARS = None, 10**12, 10**12
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = _peak_rss_mb()
     t = time.perf_counter()
     doc = parse.parse_file(Path(path), Path(path).name, max_bytes=10**12)
     dt = time.perf_counter() - t
     print(json.dumps({"parse_s": round(dt, 1), "blocks": len(doc.blocks), "rss_before_parse_mb": round(base),
-                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+                      "peak_rss_mb": round(_peak_rss_mb())}))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS since its exec (VmHWM). Not ``getrusage``'s ru_maxrss: Linux keeps
+    that across execve, so a worker started by a big parent (make bench, with the model loaded)
+    reported the parent's 2 GB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def large_files(results: dict) -> dict:
