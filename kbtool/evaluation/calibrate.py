@@ -483,9 +483,6 @@ def _tiers(contract, items, notes: list[str]) -> dict[int, str]:
 def _thresholds(contract, items, conf, max_fa, max_fr):
     """Thresholds per tier, the trade-off table and notes; rates are counted with ``decide`` under
     the tiers ``thresholds_for`` picks on the contract as it will be written."""
-    from ..contract import Thresholds
-    from ..query.decide import decide
-
     notes = []
     all_ans = [conf[id(it)] for it in items if it.q.answerable]
     all_unans = [conf[id(it)] for it in items if not it.q.answerable]
@@ -514,11 +511,7 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
     tiers = {n: pick([it for it in items if tier[id(it)] == n], n) for n in names}
     default = pick([it for it in items if tier[id(it)] == "default"], "default")
     # rates over every question, each decided under the thresholds the written contract gives it
-    written = _with_tiers(contract, {n: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"])
-                                     for n, t in tiers.items()})
-    written = written.model_copy(update={"decide": written.decide.model_copy(update={"thresholds": Thresholds(
-        answer=default["answer"], low_confidence=default["low_confidence"])})})
-    refused = {id(it): decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1]) == "refuse" for it in items}
+    refused = _refused_as_written(contract, items, conf, {"default": default, "tiers": tiers})
     fa = [not refused[id(it)] for it in items if not it.q.answerable]
     fr = [refused[id(it)] for it in items if it.q.answerable]
     overall = {"false_answer": round(float(np.mean(fa)), 4) if fa else 0.0, "answerable": len(fr),
@@ -574,20 +567,27 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, m
     return model, {id(it): round(float(p), 4) for it, p in zip(items, oof)}, report
 
 
-def _mistakes(contract, items, conf, thresholds: dict, signals: dict) -> dict:
-    """Questions the written thresholds decide wrongly (refused answerable, answered unanswerable),
-    on the values they were chosen on (out-of-fold P(answerable) with a model), with their signals."""
+def _refused_as_written(contract, items, conf, thresholds: dict) -> dict[int, bool]:
+    """Whether ``decide`` refuses each question (by ``id``) under the thresholds and tiers
+    calibrate will write ({"default": {...}, "tiers": {name: {...}}}), the tier as
+    ``thresholds_for`` picks it."""
     from ..contract import Thresholds
     from ..query.decide import decide
 
-    tiers = {n: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"]) for n, t in thresholds["tiers"].items()}
-    d = thresholds["default"]
-    written = _with_tiers(contract, tiers)
-    written = written.model_copy(update={"decide": written.decide.model_copy(update={"thresholds": Thresholds(
-        answer=d["answer"], low_confidence=d["low_confidence"])})})
+    as_thresholds = lambda t: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"])  # noqa: E731
+    written = _with_tiers(contract, {n: as_thresholds(t) for n, t in thresholds["tiers"].items()})
+    written = written.model_copy(update={"decide": written.decide.model_copy(
+        update={"thresholds": as_thresholds(thresholds["default"])})})
+    return {id(it): decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1]) == "refuse" for it in items}
+
+
+def _mistakes(contract, items, conf, thresholds: dict, signals: dict) -> dict:
+    """Questions the written thresholds decide wrongly (refused answerable, answered unanswerable),
+    on the values they were chosen on (out-of-fold P(answerable) with a model), with their signals."""
+    refused_of = _refused_as_written(contract, items, conf, thresholds)
     out: dict = {"wrongly_refused": [], "wrongly_answered": []}
     for it in items:
-        refused = decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1]) == "refuse"
+        refused = refused_of[id(it)]
         if refused == it.q.answerable:
             kind = "wrongly_refused" if refused else "wrongly_answered"
             out[kind].append({"id": it.q.id, "question": it.q.question, "value": conf[id(it)],
