@@ -66,7 +66,8 @@ mean means meaning anyone someone something anything there here about does doing
 def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) -> list[str]:
     """Exact identifiers and query terms that no (permitted) chunk contains, but for everyday words
     (``signals.informativeness`` 0: the absent-term signal gives them no weight either)."""
-    from .signals import _CJK, informativeness
+    from ..store.analyzer import CJK
+    from .signals import informativeness
 
     out: list[str] = []
     for ident in processed.identifiers:
@@ -77,7 +78,7 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
     covered = " ".join(out).lower()
     vocab = None
     for term in dict.fromkeys(terms):
-        short = 2 if _CJK.search(term) else 3  # a two-character Chinese word is a word
+        short = 2 if CJK.search(term) else 3  # a two-character Chinese word is a word
         if term in covered or len(term) < short or term in PHRASING or index.has_term(term, mask):
             continue
         if informativeness(term) == 0.0:  # an everyday word ('come', 'our'): its absence says nothing

@@ -11,10 +11,11 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
 
+from ..store.analyzer import CJK
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # Zero-width and direction marks join or decorate words: drop them without splitting the word.
 _INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 # Each pattern names a kind of identifier; the trace shows which matched.
 IDENTIFIER_PATTERNS: list[tuple[str, re.Pattern]] = [
@@ -95,7 +96,7 @@ def detect_types(text: str, identifiers: list[dict]) -> list[str]:
     types = []
     if identifiers:
         types.append("identifier")
-    if _CJK.search(text):
+    if CJK.search(text):
         types.append("cjk")
     return types or ["other"]
 

@@ -24,12 +24,12 @@ Signals (all numbers, in [0, 1] unless said otherwise):
 from __future__ import annotations
 
 import math
-import re
 from functools import lru_cache
 
 import numpy as np
 
 from ..contract import FEATURES  # noqa: F401  (the names ``compute`` returns, which decide.model may use)
+from ..store.analyzer import CJK
 
 
 def term_weights(index, terms: list[str], mask: np.ndarray | None) -> dict[str, tuple[float, bool]]:
@@ -60,9 +60,6 @@ def term_weights(index, terms: list[str], mask: np.ndarray | None) -> dict[str, 
     return out
 
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-
-
 @lru_cache(maxsize=65536)
 def informativeness(term: str) -> float:
     """1 for a rare word, 0 for an everyday one: min(1, max(0, 5.5 - Zipf frequency))."""
@@ -76,7 +73,7 @@ def zipf(term: str) -> float:
     """The term's Zipf frequency in general language (English; Chinese for CJK terms): log10 of
     its occurrences per billion words, 0 when unknown. A CJK term is looked up whole (kbtool has
     already segmented it) in wordfreq's Chinese list, so wordfreq's own segmenter never loads."""
-    if _CJK.search(term):
+    if CJK.search(term):
         freq = _frequencies("zh").get(term, 0.0)
         return max(0.0, math.log10(freq) + 9) if freq > 0 else 0.0
     from wordfreq import zipf_frequency

@@ -15,7 +15,8 @@ from functools import lru_cache
 # A run of letters/digits, optionally joined to further runs by one of - _ . / : (an identifier).
 _RUN = re.compile(r"[^\W_]+(?:[-_./:][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+# CJK script (kana, CJK ideographs, Hangul): the analyser, question types and answerability signals
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _CJK_SPLIT = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)")
 
 
@@ -101,11 +102,11 @@ class Analyzer:
         out: list[str] = []
         for match in _RUN.finditer(text):
             run = match.group(0)
-            if _CJK.search(run):
+            if CJK.search(run):
                 for piece in _CJK_SPLIT.split(run):
                     if not piece:
                         continue
-                    if _CJK.match(piece):
+                    if CJK.match(piece):
                         out.extend(_cjk_tokens(piece))
                     else:
                         out.extend(self._latin(piece))
