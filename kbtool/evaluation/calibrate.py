@@ -548,7 +548,8 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, m
             + (" (the contract's model is kept)" if keep else " (thresholds apply to the best hit's confidence)")
             + ". Good unanswerable questions name what the knowledge base does not cover (another product, a "
               "service or a feature it never mentions) and near misses (a detail a covered section does not give).")
-        conf = {id(it): it.answer(contract).confidence for it in items}
+        # without a model the answers above are the contract's own: no second pass
+        conf = {id(it): (it.answer(contract) if keep else a).confidence for it, a in zip(items, answers)}
         return None, conf, report
     cols = [FEATURES.index(f) for f in am.MODEL_FEATURES]
     pick = lambda a, u: _pick(a.tolist(), u.tolist(), max_fa, max_fr)[0]  # noqa: E731 (as the written threshold)
