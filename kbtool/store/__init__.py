@@ -100,11 +100,27 @@ class Store:
     def model_id(self) -> str:
         return self.manifest["embedding"]["model"]
 
-    def embedding_spec(self):
-        """The ``EmbeddingSpec`` this store's vectors were (or will be) made with."""
+    def embedding_spec(self, name: str = "dense"):
+        """The ``EmbeddingSpec`` the vectors of dense retriever ``name`` were (or will be) made with:
+        ``dense`` (the store's model) or ``dense:NAME`` (a model added by ``index --add-model``)."""
         from ..embed import EmbeddingSpec
 
-        return EmbeddingSpec.from_manifest(self.manifest["embedding"])
+        return EmbeddingSpec.from_manifest(self.model_record(name))
+
+    def model_record(self, name: str = "dense") -> dict:
+        """The manifest record of dense retriever ``name``; StoreError if the store has no such model."""
+        if name == "dense":
+            return self.manifest["embedding"]
+        rec = self.manifest.get("models", {}).get(name.removeprefix("dense:"))
+        if rec is None or not name.startswith("dense:"):
+            have = ", ".join(self.dense_retrievers())
+            raise StoreError(f"store {self.path} has no embedding model {name!r} (it has: {have}): add one with "
+                             f"`kbtool index --add-model MODEL`")
+        return rec
+
+    def dense_retrievers(self) -> list[str]:
+        """The names of the store's dense retrievers: ``dense``, then ``dense:NAME`` per added model."""
+        return ["dense"] + [f"dense:{n}" for n in sorted(self.manifest.get("models", {}))]
 
     def check_model(self, model) -> None:
         mf.check_model(self.manifest, model, self.path)
@@ -218,9 +234,9 @@ class Store:
         """The distinct texts index embeds (section prefix + chunk text), in catalog order."""
         return list(dict.fromkeys(embed_text(p, t) for p, t in self.catalog.chunk_texts()))
 
-    def chunk_vectors(self, chunk_ids: list[str] | None = None):
-        """chunk_id -> cached vector of the store's model, for these chunks (or every chunk)."""
-        return self.catalog.chunk_vectors(self.embedding_spec().cache_key, chunk_ids)
+    def chunk_vectors(self, chunk_ids: list[str] | None = None, name: str = "dense"):
+        """chunk_id -> cached vector of dense retriever ``name``'s model, for these chunks (or every chunk)."""
+        return self.catalog.chunk_vectors(self.embedding_spec(name).cache_key, chunk_ids)
 
     def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Nearest chunks by cosine per query vector, best first, ties by id; only in ``doc_ids`` if given."""
