@@ -89,31 +89,78 @@ class Preprocess(_Strict):
 
 
 # ---- 3. retrieve ----------------------------------------------------------------------------
+# A retriever: bm25, dense (the store's embedding model) or dense:NAME (a model added to the store).
+RETRIEVER = re.compile(r"^(bm25|dense|dense:[a-z0-9][a-z0-9._-]{0,39})$")
+# Further dense retrievers a built-in rule names: weighed only where the store has them.
+BUNDLED_RETRIEVERS = ("dense:use-m",)
+
+
 class Weights(_Strict):
+    """Weights by retriever name: ``dense`` and ``bm25``, and ``dense:NAME`` for a model added to the
+    store (``kbtool index --add-model``). They are normalised over the retrievers the store has."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
     dense: float = Field(0.7, ge=0, le=1)
     bm25: float = Field(0.3, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _not_both_zero(self):
-        if self.dense + self.bm25 <= 0:
-            raise ValueError("dense and bm25 weights are both 0: give at least one a weight")
+    def _not_all_zero(self):
+        for name, w in (self.model_extra or {}).items():
+            if not RETRIEVER.match(name) or name in ("dense", "bm25"):
+                raise ValueError(f"unknown retriever {name!r}: use dense, bm25 or dense:NAME (a model added "
+                                 "with `kbtool index --add-model`)")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
+                raise ValueError(f"{name}: the weight must be a number from 0 to 1")
+        if sum(self.as_dict().values()) <= 0:
+            raise ValueError("every weight is 0: give at least one retriever a weight")
         return self
 
+    def as_dict(self) -> dict[str, float]:
+        """retriever -> weight as written."""
+        return {"dense": self.dense, "bm25": self.bm25, **{k: float(v) for k, v in (self.model_extra or {}).items()}}
+
     def normalised(self) -> tuple[float, float]:
+        """(dense, bm25), summing to 1 (further retrievers left out)."""
         total = self.dense + self.bm25
-        return self.dense / total, self.bm25 / total
+        return (self.dense / total, self.bm25 / total) if total > 0 else (0.5, 0.5)
+
+    def over(self, available, where: str = "retrieve.fusion.weights") -> dict[str, float]:
+        """retriever -> weight, summing to 1, over the retrievers a store has (``available``); a
+        retriever with weight 0 is left out. A weight for a retriever the store lacks is a
+        ContractError, except the bundled ones built-in rules name (``BUNDLED_RETRIEVERS``)."""
+        out = {}
+        for name, w in self.as_dict().items():
+            if name in available:
+                if w > 0:
+                    out[name] = w
+            elif w > 0 and name not in BUNDLED_RETRIEVERS:
+                raise ContractError(f"{where}.{name}: the store has no retriever {name} (it has "
+                                    f"{', '.join(available)}): add the model with `kbtool index --add-model`, "
+                                    "or remove the weight")
+        total = sum(out.values())
+        if total <= 0:
+            raise ContractError(f"{where}: no retriever the store has ({', '.join(available)}) has a weight above 0")
+        return {k: v / total for k, v in out.items()}
 
 
 class Fusion(_Strict):
-    method: Literal["weighted", "rrf", "dense", "bm25"] = Field(
-        "weighted", description="weighted (normalised scores), rrf (reciprocal rank), or one retriever alone")
+    method: str = Field(
+        "weighted", description="weighted (normalised scores), rrf (reciprocal rank), or one retriever alone "
+                                "(dense, bm25, dense:NAME)")
     rrf_k: int = Field(RRF_K, gt=0, description="RRF constant (Cormack et al. 2009)")
     normalization: Literal["minmax", "zscore"] = Field(
-        "minmax", description="how weighted fusion puts both retrievers' scores on one scale, per question")
+        "minmax", description="how weighted fusion puts the retrievers' scores on one scale, per question")
     weights: Weights = Field(default_factory=Weights, description="weights when no rule below matches")
     fill_missing: bool = Field(
-        True, description="a candidate found by one retriever gets its real score from the other "
+        True, description="a candidate found by one retriever gets its real score from the others "
                           "(cosine of its stored vector, BM25 score of its row) instead of 0")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v):
+        if v not in ("weighted", "rrf") and not RETRIEVER.match(v):
+            raise ValueError(f"unknown method {v!r}: use weighted, rrf, dense, bm25 or dense:NAME")
+        return v
 
 
 class Rule(_Strict):
@@ -126,7 +173,8 @@ def _default_rules() -> list[Rule]:
         # Error codes, versions, API paths, config keys: BM25 matches them exactly, the model does not.
         Rule(when="identifier", weights=Weights(dense=0.3, bm25=0.7)),
         # A CJK question on a model not declared multilingual: the vectors carry little meaning.
-        Rule(when="cjk", weights=Weights(dense=0.1, bm25=0.9)),
+        # With the bundled multilingual model added (`kbtool index --add-model use-m`) it takes part.
+        Rule(when="cjk", weights=Weights(**{"dense": 0.1, "bm25": 0.9, "dense:use-m": 0.6})),
     ]
 
 
@@ -323,6 +371,21 @@ class Contract(_Strict):
         """(dense, bm25) weights, summing to 1, for a question of these detected types."""
         rule = self.rule_for(types)
         return (rule or self.retrieve.fusion).weights.normalised()
+
+    def retriever_weights(self, types: set[str], available) -> dict[str, float]:
+        """retriever -> weight (> 0, summing to 1) a question of these detected types is fused with,
+        over the retrievers a store has (``available``): the first matching rule's, else
+        ``retrieve.fusion.weights``; a single-retriever method weighs that one alone."""
+        method = self.retrieve.fusion.method
+        if method not in ("weighted", "rrf"):
+            if method not in available:
+                raise ContractError(f"retrieve.fusion.method: the store has no retriever {method} (it has "
+                                    f"{', '.join(available)})")
+            return {method: 1.0}
+        rule = self.rule_for(types)
+        if rule is None:
+            return self.retrieve.fusion.weights.over(available)
+        return rule.weights.over(available, f"retrieve.rules[{self.retrieve.rules.index(rule)}].weights")
 
     def thresholds_for(self, types: set[str], tags: set[str] = frozenset()) -> tuple[str, Thresholds]:
         """(tier name, thresholds) for a question; 'default' when no tier matches."""

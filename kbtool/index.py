@@ -38,9 +38,12 @@ class IndexReport:
         return asdict(self)
 
 
-def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None) -> IndexReport:
+def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None,
+          models: dict | None = None) -> IndexReport:
     """Chunk documents that have no chunks yet (e.g. after ``--parse-only``, or left by an
-    interrupted chunking: with the parameters it recorded, never mixed sizes), then sync both indexes."""
+    interrupted chunking: with the parameters it recorded, never mixed sizes), then sync every index.
+    ``models``: loaded embedders of further dense retrievers by name (``dense:NAME``); the others
+    are loaded as needed."""
     from .embed import load_embedder
 
     embedder = embedder or load_embedder(store.embedding_spec())
@@ -48,22 +51,29 @@ def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | N
         params = store_params(store)
         if store.documents_to_chunk(params):
             chunk(store, params, embedder=embedder, progress=progress)
-        return sync(store, embedder, progress=progress, rebuild=rebuild)
+        return sync(store, embedder, progress=progress, rebuild=rebuild, models=models)
 
 
 def repair(store, embedder=None) -> dict:
-    """What ``doctor --repair`` does: bring both indexes in line with the catalog (cached vectors
+    """What ``doctor --repair`` does: bring every index in line with the catalog (cached vectors
     re-used); the catalog's documents are never touched."""
     return index(store, embedder=embedder).to_dict()
 
 
-def sync(store, embedder, progress: Progress | None = None, rebuild: bool = False) -> IndexReport:
-    """Make the vector index and BM25 hold exactly the catalog's chunks, embedding only what is new.
-    Call under ``store.writing()``. ``progress("embedding", advance, total)`` as vectors are made."""
+def sync(store, embedder, progress: Progress | None = None, rebuild: bool = False,
+         models: dict | None = None) -> IndexReport:
+    """Make every vector index and BM25 hold exactly the catalog's chunks, embedding only what is new.
+    Call under ``store.writing()``. ``progress("embedding", advance, total)`` as vectors are made
+    (``embedding dense:NAME`` for a further model). Each model's index records the generation it
+    holds only once its vectors are written: a kill at any point leaves it behind, never current."""
+    from .embed import load_embedder
+
     if rebuild:
         # Mark the indexes stale first: an interrupted rebuild must not look current.
         store.manifest["indexed_generation"] = -1
         store.manifest["embedding"] = mf.embedding_record(embedder.spec)
+        for rec in store.manifest.get("models", {}).values():
+            rec["indexed_generation"] = -1
         store.save_manifest()
         store.vectors.drop()
     store.check_model(embedder.spec)
@@ -72,38 +82,56 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
     rows = store.catalog.chunks_for_index()
     report.chunks = len(rows)
     wanted = store.index_targets()
-    existing = store.vectors.indexed()
+    changed = _sync_vectors(store, "dense", embedder, rows, wanted, report, progress, rebuild)
+    report.bm25_rebuilt = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild or changed))
+    store.manifest["indexed_generation"] = generation
+    store.save_manifest()
+    for name in store.dense_retrievers()[1:]:
+        other = (models or {}).get(name) or load_embedder(store.embedding_spec(name))
+        if rebuild:
+            store.vectors_for(name).drop()
+        store.check_model(other.spec, name)
+        _sync_vectors(store, name, other, rows, wanted, report, progress, rebuild)
+        store.model_record(name)["indexed_generation"] = generation
+        store.save_manifest()
+    return report
+
+
+def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], report: IndexReport, progress,
+                  rebuild: bool) -> bool:
+    """Bring dense retriever ``name``'s vector index in line with ``wanted`` (chunk id -> index hash),
+    embedding what neither it nor the embedding cache holds; records the model's width, limit and
+    runtime. True if anything was written or deleted."""
+    index_ = store.vectors_for(name)
+    existing = index_.indexed()
     to_delete = [cid for cid in existing if cid not in wanted]
     todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
-
     # A rebuild re-embeds everything: what a model name or folder serves may have changed.
     key = embedder.spec.cache_key
     vectors = {} if rebuild else store.catalog.cached_vectors(key, {r["content_hash"] for r in todo})
-    report.from_cache = sum(1 for r in todo if r["content_hash"] in vectors)
-    bulk = _embed_missing(store, embedder, todo, vectors, report, progress)
-
-    store.vectors.delete(to_delete)
-    report.deleted = len(to_delete)
+    report.from_cache += sum(1 for r in todo if r["content_hash"] in vectors)
+    stage = "embedding" if name == "dense" else f"embedding {name}"
+    embedded_before = report.embedded
+    bulk = _embed_missing(store, name, embedder, todo, vectors, report, progress, stage)
+    index_.delete(to_delete)
+    report.deleted += len(to_delete)
     if todo:
-        store.vectors.upsert([r["chunk_id"] for r in todo],
-                             np.stack([vectors[r["content_hash"]] for r in todo]).astype(np.float32),
-                             [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in todo])
-    report.upserted = len(todo)
-    report.bm25_rebuilt = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild or todo or to_delete))
-
-    emb = store.manifest["embedding"]
+        index_.upsert([r["chunk_id"] for r in todo],
+                      np.stack([vectors[r["content_hash"]] for r in todo]).astype(np.float32),
+                      [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in todo])
+    report.upserted += len(todo)
+    emb = store.model_record(name)
     emb.update(embedder.spec.to_manifest())  # the same identity (checked); the URL may have moved
     if vectors:
         emb["dim"] = int(next(iter(vectors.values())).shape[0])
     emb["max_tokens"] = embedder.max_tokens
-    if report.embedded:
+    if report.embedded > embedded_before:
         emb["runtime"] = bulk.runtime
-    store.manifest["indexed_generation"] = generation
-    store.save_manifest()
-    return report
+    return bool(todo or to_delete)
 
 
-def _embed_missing(store, embedder, todo, vectors: dict, report: IndexReport, progress):
+def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: IndexReport, progress,
+                   stage: str = "embedding"):
     """Embed the texts of ``todo`` not in ``vectors`` (shortest first: batches pad little), caching
     them batch by batch; returns the embedder that ran (its runtime is recorded)."""
     missing: dict[str, str] = {}
@@ -114,14 +142,14 @@ def _embed_missing(store, embedder, todo, vectors: dict, report: IndexReport, pr
         return embedder
     hashes = sorted(missing, key=lambda h: len(missing[h]))
     total = len(hashes)
-    cb = (lambda n: progress("embedding", n, total)) if progress else None
+    cb = (lambda n: progress(stage, n, total)) if progress else None
     if progress:
-        progress("embedding", 0, total)  # show the bar while the model loads
+        progress(stage, 0, total)  # show the bar while the model loads
     bulk = embedder.for_bulk(total) if hasattr(embedder, "for_bulk") else embedder
     for start in range(0, total, _EMBED_COMMIT):
         part = hashes[start : start + _EMBED_COMMIT]
         fresh = bulk.embed([missing[h] for h in part], progress=cb)
-        store.check_dim(fresh, "passage")
+        store.check_dim(fresh, "passage", name=name)
         store.catalog.cache_vectors(embedder.spec.cache_key, [(h, fresh[i]) for i, h in enumerate(part)])
         vectors.update({h: fresh[i] for i, h in enumerate(part)})
         report.embedded += len(part)

@@ -109,7 +109,7 @@ BAD = [
     ({"retrieve": {"filters": ["no-operator"]}}, ["retrieve.filters", "no-operator"]),
     ({"retrieve": {"filters": ["dir="]}}, ["retrieve.filters"]),
     ({"preprocess": {"truncation": "side"}}, ["preprocess.truncation", "head"]),
-    ({"retrieve": {"fusion": {"weights": {"dense": 0, "bm25": 0}}}}, ["retrieve.fusion.weights", "both 0"]),
+    ({"retrieve": {"fusion": {"weights": {"dense": 0, "bm25": 0}}}}, ["retrieve.fusion.weights", "every weight is 0"]),
     ({"retrieve": {"rules": [{"when": "cjk", "weights": {"dense": 0, "bm25": 0}}]}}, ["retrieve.rules.0.weights"]),
     ({"retrieve": {"rules": [{"when": "foo", "weights": {"dense": 1, "bm25": 0}}]}}, ["retrieve.rules.0.when"]),
     ({"retrieve": {"fusion": {"weights": {"dense": 1.5}}}}, ["retrieve.fusion.weights.dense"]),

@@ -86,8 +86,8 @@ def _render(ans, mode: str) -> None:
     if not ans.hits:
         err.print(f"No results for {ans.question!r}.", highlight=False, markup=False)
         return
-    w = ans.weights
-    table = Table(title=escape(visible(f"{mode} ({', '.join(ans.processed.types)}; dense {w['dense']:.2f} / bm25 {w['bm25']:.2f}): {ans.question}")),
+    w = " / ".join(f"{r} {v:.2f}" for r, v in ans.weights.items())
+    table = Table(title=escape(visible(f"{mode} ({', '.join(ans.processed.types)}; {w}): {ans.question}")),
                   title_justify="left", expand=out.is_terminal, show_lines=True)
     table.add_column("#", justify="right", width=2)
     table.add_column("conf", min_width=5, no_wrap=True)

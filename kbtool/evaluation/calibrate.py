@@ -180,14 +180,14 @@ class _Question:
 def gathered(store, qs, contract, *, k: int, level: str = "auto", embedder=None, principal=None, allow=None,
              progress=None) -> list[_Question]:
     """Every question's candidates (gathered once, as eval gathers them) and chunk rows."""
-    from ..query.pipeline import gather, scope
+    from ..query.pipeline import gather, scope, store_retrievers
 
     questions = qs.questions
     depth = max(k, 100)  # chunks ranked per question, as eval's depth: documents collapse from them
     sc = scope(store, contract, [], principal, allow)
     cb = (lambda n: progress("retrieving", n, len(questions))) if progress else None
     cands = gather(store, contract, [q.question for q in questions], sc=sc, embedder=embedder,
-                   depth=depth, retrievers=("dense", "bm25"), progress=cb)
+                   depth=depth, retrievers=store_retrievers(store), progress=cb)
     matcher = EvidenceMatcher(store)
     return [_Question(q, c, level_of(q, level), store.chunks_by_id(c.ids), store=store, sc=sc, matcher=matcher,
                       depth=depth) for q, c in zip(questions, cands)]

@@ -235,7 +235,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     filters, instead of ``contract``. ``progress(advance, total)``.
     """
     from ..contract import default_contract
-    from ..query.pipeline import answer, gather, scope
+    from ..query.pipeline import answer, gather, gathered_for, scope
     from ..query.retriever import contract_for_mode
 
     store.require_indexed()
@@ -266,7 +266,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     for gbase, variants in groups:
         sc = scope(store, gbase, config.filters, principal, allow)  # each contract's own filters and access
         cands = gather(store, gbase, texts, sc=sc, embedder=embedder, depth=config.depth,
-                       retrievers=("dense", "bm25"), progress=cb)
+                       retrievers=gathered_for(store, list(variants.values())), progress=cb)
         for mode, variant in variants.items():
             answers[mode] = [answer(store, variant, c, sc=sc, tags=q.tags, top_k=config.depth, explain=False)
                              for c, q in zip(cands, questions)]

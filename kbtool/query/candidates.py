@@ -18,21 +18,19 @@ from .signals import term_weights
 
 @dataclass
 class Candidates:
-    """Union of both retrievers' top candidates for one question.
+    """Union of the retrievers' top candidates for one question.
 
-    ``dense`` holds cosine similarities and ``bm25`` BM25 scores, one per id; NaN where a score
-    is unknown (``fill_missing`` off, or a retriever not run). ``dense_rank``/``bm25_rank`` are
-    1-based positions in each retriever's own list (None when it did not return the id).
-    ``bm25_bound`` is the BM25 score of a chunk as good as the best chunk on every query term: the
-    denominator of BM25 coverage.
+    ``scores[r]`` holds retriever ``r``'s score of each id (cosine similarities for ``dense`` and
+    ``dense:NAME``, BM25 scores for ``bm25``); NaN where a score is unknown (``fill_missing`` off,
+    or a retriever not run). ``ranks[r]`` are 1-based positions in each retriever's own list (an id
+    it did not return has none). ``bm25_bound`` is the BM25 score of a chunk as good as the best
+    chunk on every query term: the denominator of BM25 coverage. ``retrievers``: those run.
     """
 
     processed: Processed
     ids: list[str]
-    dense: np.ndarray
-    bm25: np.ndarray
-    dense_rank: dict[str, int]
-    bm25_rank: dict[str, int]
+    scores: dict[str, np.ndarray]
+    ranks: dict[str, dict[str, int]]
     bm25_bound: float
     retrievers: tuple[str, ...]
     query_terms: list[str] = field(default_factory=list)
@@ -40,6 +38,28 @@ class Candidates:
     # distinct query term -> (IDF over the permitted chunks, some permitted chunk holds it)
     term_weights: dict[str, tuple[float, bool]] | None = None  # None: no BM25 index to weigh them
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
+    rerank_cache: dict = field(default_factory=dict, repr=False)  # (question, chunk id) -> rerank score
+
+    def score(self, retriever: str) -> np.ndarray:
+        """Retriever's scores over ``ids`` (all NaN when it was not run)."""
+        got = self.scores.get(retriever)
+        return got if got is not None else np.full(len(self.ids), np.nan)
+
+    @property
+    def dense(self) -> np.ndarray:
+        return self.score("dense")
+
+    @property
+    def bm25(self) -> np.ndarray:
+        return self.score("bm25")
+
+    @property
+    def dense_rank(self) -> dict[str, int]:
+        return self.ranks.get("dense", {})
+
+    @property
+    def bm25_rank(self) -> dict[str, int]:
+        return self.ranks.get("bm25", {})
 
 
 class Gatherer:
@@ -47,24 +67,30 @@ class Gatherer:
 
     def __init__(self, store, embedder=None):
         self.store = store
-        self._embedder = embedder
+        self._embedders = {"dense": embedder} if embedder is not None else {}
 
     @property
     def embedder(self):
-        if self._embedder is None:
+        return self.embedder_for("dense")
+
+    def embedder_for(self, name: str):
+        """The loaded model of dense retriever ``name`` (checked against the store's record)."""
+        if self._embedders.get(name) is None:
             from ..embed import load_embedder
 
-            self._embedder = load_embedder(self.store.embedding_spec())
-        self.store.check_model(self._embedder.spec)
-        return self._embedder
+            self._embedders[name] = load_embedder(self.store.embedding_spec(name))
+        self.store.check_model(self._embedders[name].spec, name)
+        return self._embedders[name]
 
     def gather(self, processed: list[Processed], *, retrievers: tuple[str, ...], depth: int,
                allowed: set[str] | None, allowed_docs: list[str] | None, fill_missing: bool = True,
                extra_dense: int = 0, visible: set[str] | None = None,
-               batch_size: int = 64, progress=None) -> list[Candidates]:
+               batch_size: int = 64, progress=None, wanted=None) -> list[Candidates]:
         """``allowed`` is the set of chunk ids filters and access permit (None: all); ``visible``
         the chunk ids access alone permits (None: all), over which BM25 statistics (IDF, average
-        length, the coverage bound) are computed, so hidden chunks move no score."""
+        length, the coverage bound) are computed, so hidden chunks move no score. ``wanted(p)``:
+        the retrievers (of ``retrievers``) question ``p`` needs (None: all of them) — a dense model
+        no question of a batch weighs is never loaded."""
         out: list[Candidates] = []
         index = self.store.bm25() if "bm25" in retrievers else None
         mask = index.mask(allowed) if index is not None and allowed is not None else None
@@ -73,54 +99,71 @@ class Gatherer:
             scoped = index.scoped(index.mask(visible))
             if scoped is not None and not index.has_raw():  # an index saved before raw postings were
                 index.set_raw(self._tokens_of(index))
+        dense_names = [r for r in retrievers if r != "bm25"]
         for start in range(0, len(processed), batch_size):
             batch = processed[start : start + batch_size]
-            t0 = time.perf_counter()
-            dense_lists: list[list[tuple[str, float]]] = [[] for _ in batch]
-            qvecs = None
-            if "dense" in retrievers and (allowed is None or allowed):
-                qvecs = self.embedder.embed_queries([p.dense_text for p in batch])
-                dense_lists = self.store.dense_search(qvecs, depth + extra_dense, allowed_docs)
-            t_dense = (time.perf_counter() - t0) / max(1, len(batch))
+            needs = [set(wanted(p)) if wanted else set(retrievers) for p in batch]
+            lists: dict[str, list[list[tuple[str, float]]]] = {}
+            qvecs: dict[str, dict[int, np.ndarray]] = {}
+            t_dense: dict[str, float] = {}
+            for name in dense_names:
+                rows = [i for i, n in enumerate(needs) if name in n]
+                lists[name] = [[] for _ in batch]
+                if not rows or (allowed is not None and not allowed):
+                    continue
+                t0 = time.perf_counter()
+                vecs = self.embedder_for(name).embed_queries([batch[i].dense_text for i in rows])
+                found = self.store.dense_search(vecs, depth + extra_dense, allowed_docs, name=name)
+                for j, i in enumerate(rows):
+                    lists[name][i] = found[j]
+                qvecs[name] = {i: vecs[j] for j, i in enumerate(rows)}
+                t_dense[name] = (time.perf_counter() - t0) / len(rows)
             for i, p in enumerate(batch):
                 t1 = time.perf_counter()
+                use_bm25 = index is not None and "bm25" in needs[i]
                 terms = self.store.analyzer(p.bm25_text) if index is not None else []
-                scores = index.scores(terms, mask, scoped) if index is not None else None
-                bm25_list = index.top(scores, depth) if scores is not None else []
+                bm25_scores = index.scores(terms, mask, scoped) if use_bm25 else None
+                found = {name: lists[name][i] for name in dense_names if name in needs[i]}
+                if use_bm25:
+                    found["bm25"] = index.top(bm25_scores, depth)
                 t_bm25 = time.perf_counter() - t1
-                d = dense_lists[i]
-                if allowed is not None:  # Chroma filtered by document; chunk-level filters (page) here
-                    d = [x for x in d if x[0] in allowed][:depth]
-                ids = list(dict.fromkeys([c for c, _ in d] + [c for c, _ in bm25_list]))
-                dense = np.full(len(ids), np.nan)
-                bm25 = np.full(len(ids), np.nan)
+                for name in dense_names:
+                    if name in found and allowed is not None:  # Chroma filtered by document; chunk-level filters (page) here
+                        found[name] = [x for x in found[name] if x[0] in allowed][:depth]
+                ids = list(dict.fromkeys(c for lst in found.values() for c, _ in lst))
                 pos = {c: j for j, c in enumerate(ids)}
-                for c, s in d:
-                    dense[pos[c]] = s
-                for c, s in bm25_list:
-                    bm25[pos[c]] = s
+                scores = {}
+                for name, lst in found.items():
+                    arr = np.full(len(ids), np.nan)
+                    for c, s in lst:
+                        arr[pos[c]] = s
+                    scores[name] = arr
                 if fill_missing:
-                    if qvecs is not None:
-                        missing = [c for c in ids if np.isnan(dense[pos[c]])]
-                        if missing:
-                            vecs = self.store.chunk_vectors(missing)
+                    for name in found:
+                        arr = scores[name]
+                        missing = [c for c in ids if np.isnan(arr[pos[c]])]
+                        if not missing:
+                            continue
+                        if name == "bm25":
+                            for c in missing:
+                                row = index.row_of.get(c)
+                                arr[pos[c]] = float(bm25_scores[row]) if row is not None else 0.0
+                        elif i in qvecs.get(name, {}):
+                            vecs = self.store.chunk_vectors(missing, name=name)
                             for c in missing:
                                 if c in vecs:
-                                    dense[pos[c]] = float(np.dot(vecs[c], qvecs[i]))
-                    if scores is not None:
-                        for c in ids:
-                            if np.isnan(bm25[pos[c]]):
-                                row = index.row_of.get(c)
-                                bm25[pos[c]] = float(scores[row]) if row is not None else 0.0
+                                    arr[pos[c]] = float(np.dot(vecs[c], qvecs[name][i]))
                 bound = index.bound(terms, mask, scoped) if index is not None else 0.0
                 weights = term_weights(index, terms, mask) if index is not None else None
+                timings = {("dense_ms" if n == "dense" else f"{n}_ms"): round(t * 1000, 2)
+                           for n, t in t_dense.items() if n in found}
+                timings.setdefault("dense_ms", 0.0)
+                timings["bm25_ms"] = round(t_bm25 * 1000, 2)
                 out.append(Candidates(
-                    processed=p, ids=ids, dense=dense, bm25=bm25,
-                    dense_rank={c: r for r, (c, _) in enumerate(d, start=1)},
-                    bm25_rank={c: r for r, (c, _) in enumerate(bm25_list, start=1)},
-                    bm25_bound=bound, retrievers=retrievers, query_terms=terms,
-                    timings={"dense_ms": round(t_dense * 1000, 2), "bm25_ms": round(t_bm25 * 1000, 2)},
-                    term_weights=weights,
+                    processed=p, ids=ids, scores=scores,
+                    ranks={name: {c: r for r, (c, _) in enumerate(lst, start=1)} for name, lst in found.items()},
+                    bm25_bound=bound, retrievers=tuple(r for r in retrievers if r in found),
+                    query_terms=terms, timings=timings, term_weights=weights,
                 ))
             if progress:
                 progress(len(batch))

@@ -2,9 +2,9 @@
 
 A hit's **confidence** is in [0, 1] and means the same for every question:
 
-    confidence = w_dense * max(cosine, 0) + w_bm25 * bm25_coverage
+    confidence = w_dense * max(cosine, 0) + w_bm25 * bm25_coverage   (+ w_r * max(cosine_r, 0) per further model)
 
-where ``cosine`` is the embedding similarity of question and chunk, ``bm25_coverage`` is the
+where ``cosine`` is the embedding similarity of question and chunk (per dense retriever), ``bm25_coverage`` is the
 chunk's BM25 score divided by the score of a chunk as good as the best one on *every* query term
 (a query term no chunk contains counts as a rare term: it lowers every chunk's coverage), and
 the weights are the question's fusion weights (a single retriever uses its own part alone). It
@@ -24,17 +24,13 @@ import re
 DECISIONS = ("answer", "low_confidence", "refuse")
 
 
-def confidence(cosine: float | None, coverage: float | None, w_dense: float, w_bm25: float) -> float:
-    parts, weights = [], []
-    if cosine is not None and w_dense > 0:
-        parts.append(min(1.0, max(0.0, cosine)))
-        weights.append(w_dense)
-    if coverage is not None and w_bm25 > 0:
-        parts.append(min(1.0, max(0.0, coverage)))
-        weights.append(w_bm25)
-    if not parts:
-        return 0.0
-    return sum(p * w for p, w in zip(parts, weights)) / sum(weights)
+def confidence(values: dict[str, float | None], weights: dict[str, float]) -> float:
+    """The weighted mean, over the retrievers with a weight and a value, of each one's value clipped
+    to [0, 1]: a dense retriever's cosine, BM25's coverage."""
+    parts = [(min(1.0, max(0.0, v)), weights[r]) for r, v in values.items()
+             if v is not None and weights.get(r, 0) > 0]
+    total = sum(w for _, w in parts)
+    return sum(v * w for v, w in parts) / total if total > 0 else 0.0
 
 
 def answerability(signals: dict[str, float], model) -> float:

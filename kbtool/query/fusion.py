@@ -1,10 +1,11 @@
-"""Fusion: one ranked list from the dense and BM25 candidates of a question.
+"""Fusion: one ranked list from the candidates of any number of retrievers (``bm25``, ``dense``,
+``dense:NAME``), each with a weight.
 
 - ``weighted``: each retriever's scores normalised over the candidates (min-max or z-score),
-  then ``w_dense * dense + w_bm25 * bm25``.
-- ``rrf``: reciprocal rank fusion, ``sum 2 * w / (k + rank)`` (equal weights = plain RRF,
-  Cormack, Clarke & Buettcher, SIGIR 2009; k is retrieve.fusion.rrf_k).
-- ``dense`` / ``bm25``: one retriever alone.
+  then ``sum w_r * score_r``.
+- ``rrf``: reciprocal rank fusion, ``sum 2 * w_r / (k + rank_r)`` (equal weights of two
+  retrievers = plain RRF, Cormack, Clarke & Buettcher, SIGIR 2009; k is retrieve.fusion.rrf_k).
+- a retriever's name: that retriever alone.
 
 A score is NaN where a retriever did not score a candidate (``fill_missing`` off); it then counts
 as the bottom of that retriever's scale (0 after min-max) and gets no RRF term. Ties are broken
@@ -45,27 +46,35 @@ def ranks(ids: list[str], scores: np.ndarray) -> np.ndarray:
     return out
 
 
-def fuse(ids: list[str], dense: np.ndarray, bm25: np.ndarray, *, method: str, w_dense: float, w_bm25: float,
+def fuse(ids: list[str], scores: dict[str, np.ndarray], weights: dict[str, float], *, method: str,
          normalization: str = "minmax", rrf_k: int) -> list[tuple[str, float]]:
-    """[(chunk_id, fused score)] best first; ``rrf_k`` is ``retrieve.fusion.rrf_k``."""
+    """[(chunk_id, fused score)] best first over the retrievers of ``weights`` (name -> weight > 0;
+    ``scores[name]`` over ``ids``); ``method`` is weighted, rrf, or a retriever name (that one
+    alone); ``rrf_k`` is ``retrieve.fusion.rrf_k``."""
     if not ids:
         return []
-    if method == "dense":
-        fused, keep = dense, ~np.isnan(dense)
-    elif method == "bm25":
-        fused, keep = bm25, ~np.isnan(bm25) & (np.nan_to_num(bm25) > 0)
+    nan = np.full(len(ids), np.nan)
+    if method not in ("weighted", "rrf"):
+        fused = scores.get(method, nan)
+        keep = ~np.isnan(fused)
+        if method == "bm25":
+            keep &= np.nan_to_num(fused) > 0
     elif method == "rrf":
         fused = np.zeros(len(ids))
-        for scores, w in ((dense, w_dense), (bm25, w_bm25)):
+        for name, w in weights.items():
+            s = scores.get(name, nan)
             if w > 0:
-                r = ranks(ids, np.where(scores > 0, scores, np.nan) if scores is bm25 else scores)
+                r = ranks(ids, np.where(s > 0, s, np.nan) if name == "bm25" else s)
                 fused += np.where(np.isfinite(r), 2 * w / (rrf_k + r), 0.0)
         keep = fused > 0
     elif method == "weighted":
-        fused = w_dense * normalise(dense, normalization) + w_bm25 * normalise(bm25, normalization)
-        keep = ~(np.isnan(dense) & np.isnan(bm25))
+        fused = np.zeros(len(ids))
+        keep = np.zeros(len(ids), dtype=bool)
+        for name, s in scores.items():
+            keep |= ~np.isnan(s)
+            if weights.get(name, 0) > 0:
+                fused += weights[name] * normalise(s, normalization)
     else:  # pragma: no cover - the contract validates the method
         raise ValueError(method)
     order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-fused[i], ids[i]))
     return [(ids[i], float(fused[i])) for i in order]
-

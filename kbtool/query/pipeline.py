@@ -48,6 +48,8 @@ class Hit:
     bm25_score: float | None = None
     bm25_coverage: float | None = None
     bm25_rank: int | None = None
+    # further dense retrievers (dense:NAME) -> cosine, for the retrievers the question ran
+    retriever_scores: dict | None = None
     line_start: int | None = None
     line_end: int | None = None
     anchor: str | None = None
@@ -227,37 +229,56 @@ def _no_match(f, seen: dict[str, int]) -> str:
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
-# The signals (query.signals) each retriever's candidates give a value; without it they read 0.
+# The signals (query.signals) each kind of retriever's candidates give a value; without it they
+# read 0 ("dense" stands for every dense retriever: the signals read the question's main one).
 SIGNALS_OF = {"dense": {"cosine", "dense_margin", "agreement"},
               "bm25": {"coverage", "absent_kb", "absent_top", "bm25_margin", "terms", "agreement"}}
 
 
-def needed_retrievers(contract) -> tuple[str, ...]:
-    """The retrievers a query runs: the fusion's, and for the dense mode BM25 too when the
-    contract's model weighs its signals (local statistics, no model call). The BM25 mode never
-    runs the dense retriever — BM25 answers without the embedding model — and decides on its own
-    signals: ``answer`` reads the dense ones as 0 whatever was gathered, as eval and calibrate do."""
+def needed_retrievers(contract, store=None, types: set[str] | None = None) -> tuple[str, ...]:
+    """The retrievers a query runs (for a question of detected ``types``; None: any question): those
+    its fusion weighs, and for a dense mode BM25 too when the contract's model weighs its signals
+    (local statistics, no model call). The BM25 mode never runs a dense retriever — BM25 answers
+    without an embedding model — and decides on its own signals: ``answer`` reads the dense ones as 0
+    whatever was gathered, as eval and calibrate do. Without ``store``: of ``dense`` and ``bm25``."""
+    available = store_retrievers(store) if store is not None else ("dense", "bm25")
     method = contract.retrieve.fusion.method
-    if method not in ("dense", "bm25"):
-        return ("dense", "bm25")
+    if method in ("weighted", "rrf"):
+        groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "other")]
+        used = {r for g in groups for r in contract.retriever_weights(g, available)}
+        if store is None or store.has_bm25():
+            used.add("bm25")  # the signals of every question read BM25 (no model call)
+        return tuple(r for r in available if r in used or (r == "bm25" and store is None))
     if method == "bm25":
         return ("bm25",)
     model = contract.decide.model
     used = {f for f, c in model.coefficients.items() if c} if model is not None else set()
-    return tuple(r for r in ("dense", "bm25") if r == method or used & SIGNALS_OF[r])
+    return tuple(r for r in available if r == method or (r == "bm25" and used & SIGNALS_OF["bm25"]))
+
+
+def gathered_for(store, contracts) -> tuple[str, ...]:
+    """The retrievers to gather for every question so that each contract's questions see what a
+    query would (``answer`` fuses each over the retrievers it weighs): the union of what each runs."""
+    used = {r for c in contracts for r in needed_retrievers(c, store)}
+    return tuple(r for r in store_retrievers(store) if r in used)
 
 
 def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=None, depth: int | None = None,
            retrievers: tuple[str, ...] | None = None, progress=None) -> list[Candidates]:
-    """Preprocess every question and gather its candidates (the expensive part)."""
+    """Preprocess every question and gather its candidates (the expensive part). ``retrievers``:
+    run these for every question (calibrate, eval's modes); None: each question runs what the
+    contract fuses it with (a dense model no question weighs is never loaded)."""
     gatherer = Gatherer(store, embedder)
-    retrievers = retrievers or needed_retrievers(contract)
+    wanted = None
+    if retrievers is None:
+        retrievers = needed_retrievers(contract, store)
+        wanted = lambda p: needed_retrievers(contract, store, set(p.types))  # noqa: E731
     spans = _token_spans(store)
     processed = [preprocess(q, contract, spans) for q in questions]
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
     return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
                            allowed_docs=sc.allowed_docs, extra_dense=sc.extra_dense, fill_missing=contract.retrieve.fusion.fill_missing,
-                           visible=sc.visible,
+                           visible=sc.visible, wanted=wanted,
                            progress=progress)
 
 
@@ -276,13 +297,16 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     fusion = contract.retrieve.fusion
     method = fusion.method
     types = set(p.types)
-    w_dense, w_bm25 = contract.weights_for(types)
-    if method == "dense":
-        w_dense, w_bm25 = 1.0, 0.0
-    elif method == "bm25":
-        w_dense, w_bm25 = 0.0, 1.0
-    fused = fuse(cands.ids, cands.dense, cands.bm25, method=method, w_dense=w_dense, w_bm25=w_bm25,
-                 normalization=fusion.normalization, rrf_k=fusion.rrf_k)
+    weights = contract.retriever_weights(types, store_retrievers(store))
+    # The candidates of the retrievers this question is fused with (calibrate gathers every
+    # retriever for every question; a query only those it weighs: both fuse the same pool).
+    pool = [i for i, c in enumerate(cands.ids) if any(c in cands.ranks.get(r, ()) for r in weights)]
+    if len(pool) == len(cands.ids):
+        fused = fuse(cands.ids, cands.scores, weights, method=method, normalization=fusion.normalization,
+                     rrf_k=fusion.rrf_k)
+    else:
+        fused = fuse([cands.ids[i] for i in pool], {r: a[pool] for r, a in cands.scores.items()}, weights,
+                     method=method, normalization=fusion.normalization, rrf_k=fusion.rrf_k)
     asked = top_k or contract.retrieve.top_k
     top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
@@ -297,19 +321,22 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             near = NearDuplicates([rows[c]["text"] for c, _ in window], similarity)
         window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k)
     hits = []
+    extra = [r for r in cands.scores if r not in ("dense", "bm25")]
     for cid, score in window[:top_k]:
         row, i = rows[cid], pos[cid]
         cos = None if math.isnan(cands.dense[i]) else float(cands.dense[i])
         raw = None if math.isnan(cands.bm25[i]) else float(cands.bm25[i])
         cov = None if raw is None or cands.bm25_bound <= 0 else min(1.0, raw / cands.bm25_bound)
+        others = {r: float(cands.scores[r][i]) for r in extra if not math.isnan(cands.scores[r][i])}
         hits.append(Hit(
             rank=len(hits) + 1, chunk_id=cid, doc_id=row["doc_id"], title=row["title"],
             section_path=row["section_path"], page=row["page"], filetype=row["filetype"],
             char_start=row["char_start"], char_end=row["char_end"], text=row["text"], score=round(score, 6),
-            confidence=round(confidence(cos, cov, w_dense, w_bm25), 4),
+            confidence=round(confidence({"dense": cos, "bm25": cov, **others}, weights), 4),
             dense_score=None if cos is None else round(cos, 6), dense_rank=cands.dense_rank.get(cid),
             bm25_score=None if raw is None else round(raw, 6),
             bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
+            retriever_scores={r: round(v, 6) for r, v in others.items()} or None,
             line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
         ))
         hits[-1].citation = citation(hits[-1], contract.context.base_url)
@@ -320,8 +347,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     top = best_hit.confidence if best_hit else None
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
-    sig = signals.compute(cands, window, best_hit, lambda cid: _tokens(store, cands, rows, cid))
-    if method == "bm25":  # BM25 alone: the dense retriever's signals read 0 however the candidates were gathered
+    sig = signals.compute(cands, window, best_hit, lambda cid: _tokens(store, cands, rows, cid), weights)
+    if method == "bm25":  # BM25 alone: the dense retrievers' signals read 0 however the candidates were gathered
         sig.update({f: 0.0 for f in SIGNALS_OF["dense"]})
     model = contract.decide.model
     if model is not None:
@@ -336,13 +363,13 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         context, _ = build_context(hits, decision, contract.context, count_tokens)
     t_post = time.perf_counter() - t0
     trace = {} if not with_trace else {
-        "candidates": {"dense": _top_list(cands, "dense"), "bm25": _top_list(cands, "bm25")},
+        "candidates": {r: _top_list(cands, r) for r in ("dense", "bm25", *extra) if r in cands.ranks or r in ("dense", "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2)},
     }
     return Answer(
-        question=p.raw, processed=p, weights={"dense": round(w_dense, 4), "bm25": round(w_bm25, 4)},
+        question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
         hits=hits, decision=decision, confidence=top, tier=tier,
         thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
         explanation=explanation, context=context, method=method, filters=sc.filters, trace=trace,
@@ -368,8 +395,7 @@ def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
-    ranks = cands.dense_rank if which == "dense" else cands.bm25_rank
-    scores = cands.dense if which == "dense" else cands.bm25
+    ranks, scores = cands.ranks.get(which, {}), cands.score(which)
     pos = {c: i for i, c in enumerate(cands.ids)}
     return [[c, round(float(scores[pos[c]]), 6)] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:n]]
 
@@ -422,7 +448,9 @@ def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, valu
 
 
 def store_retrievers(store) -> tuple[str, ...]:
-    return ("dense", "bm25") if store.has_bm25() else ("dense",)
+    """The retrievers of a store: ``dense``, ``bm25`` (once built), ``dense:NAME`` per added model."""
+    dense = store.dense_retrievers()
+    return (dense[0], *(["bm25"] if store.has_bm25() else []), *dense[1:])
 
 
 def _token_spans(store):

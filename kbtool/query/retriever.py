@@ -104,8 +104,9 @@ class Retriever:
         contracts = {m: contract_for_mode(self.contract, m) for m in dict.fromkeys(modes)}
         base = self.contract
         sc = scope(self.store, base, specs)
-        needs = tuple(r for r in ("dense", "bm25")
-                      if any(c.retrieve.fusion.method in (r, "weighted", "rrf") for c in contracts.values()))
+        from .pipeline import gathered_for
+
+        needs = gathered_for(self.store, list(contracts.values()))
         cands = gather(self.store, base, list(queries), sc=sc, embedder=self.embedder, depth=top_k,
                        retrievers=needs, progress=progress)
         return {m: [answer(self.store, c, cd, sc=sc, top_k=top_k, explain=False).hits for cd in cands]

@@ -9,12 +9,13 @@ restricted content). ``decide`` turns them into P(answerable) with the contract'
 Signals (all numbers, in [0, 1] unless said otherwise):
 
 - ``relevance``: the best hit's confidence (cosine / BM25 coverage mix at the question's weights);
-- ``cosine``, ``coverage``: the best cosine and the best BM25 coverage among the top hits;
+- ``cosine``, ``coverage``: the best cosine (of the dense retriever the question weighs most) and
+  the best BM25 coverage among the top hits;
 - ``absent_kb``: the weighted share of the question's terms that no permitted chunk contains
   (names the knowledge base never mentions; weights: ``term_weights``);
 - ``absent_top``: the weighted share of the question's terms the top hit does not contain (both
   are 1 for a question with no informative term at all: '???', 'the a of');
-- ``agreement``: the share of retrievers whose top 5 holds the fused top hit (0, 0.5 or 1);
+- ``agreement``: the share of the retrievers fused with whose top 5 holds the fused top hit;
 - ``dense_margin``: top-1 minus top-2 cosine of the dense retriever (0 with a single candidate);
 - ``bm25_margin``: top-1 minus top-2 BM25 score of the BM25 retriever, over the coverage bound;
 - ``identifier``, ``cjk``: 1 when the question is of that detected type, else 0;
@@ -111,28 +112,44 @@ def _margin(scores: np.ndarray, ranks: dict[str, int], pos: dict[str, int], seco
     return ordered[0] - (ordered[1] if len(ordered) > 1 else 0.0)
 
 
-def compute(cands, hits, best, tokens_of) -> dict[str, float]:
+def main_dense(fused_with: dict[str, float]) -> str | None:
+    """The dense retriever a question's dense signals read: the one it weighs most (``dense`` on a
+    tie), None when it weighs none."""
+    dense = [(w, r == "dense", r) for r, w in fused_with.items() if r != "bm25" and w > 0]
+    return max(dense)[2] if dense else None
+
+
+def compute(cands, hits, best, tokens_of, fused_with: dict[str, float] | None = None) -> dict[str, float]:
     """The signals of one answered question. ``hits``: the hits the decision looks at (the
     contract's top_k), ``best``: the one with the top confidence, ``tokens_of(chunk_id)``: the
-    analysed tokens of a hit (cached by the caller)."""
+    analysed tokens of a hit (cached by the caller), ``fused_with``: retriever -> weight the
+    question was fused with (None: dense and BM25). The dense signals read ``main_dense``; agreement
+    counts the retrievers fused with — so a question's signals never depend on what else was gathered."""
+    fused_with = {"dense": 1.0, "bm25": 1.0} if fused_with is None else fused_with
     weights = cands.term_weights  # None: not computed (no BM25 index)
     top = hits[0] if hits else None
     top_tokens = set(tokens_of(top.chunk_id)) if top is not None and weights else set()
     pos = {c: i for i, c in enumerate(cands.ids)}
     agree = []
-    for ranks in (cands.dense_rank, cands.bm25_rank):
+    for r in fused_with:
+        ranks = cands.ranks.get(r)
         if ranks and top is not None:
             agree.append(1.0 if ranks.get(top.chunk_id, 10**9) <= 5 else 0.0)
+    dense = main_dense(fused_with)
+    scores = cands.score(dense) if dense else None
+    cosines = [] if scores is None else [float(scores[pos[h.chunk_id]]) for h in hits]
+    cosines = [c for c in cosines if not math.isnan(c)]
     bound = cands.bm25_bound
     types = set(cands.processed.types)
     return {
         "relevance": round(best.confidence, 4) if best is not None else 0.0,
-        "cosine": round(max((h.dense_score for h in hits if h.dense_score is not None), default=0.0), 4),
+        "cosine": round(max(cosines, default=0.0), 4),
         "coverage": round(max((h.bm25_coverage for h in hits if h.bm25_coverage is not None), default=0.0), 4),
         "absent_kb": round(_share(weights, lambda t: not weights[t][1]), 4),
         "absent_top": round(_share(weights, lambda t: t not in top_tokens), 4) if top is not None else 1.0,
         "agreement": round(sum(agree) / len(agree), 4) if agree else 0.0,
-        "dense_margin": round(_margin(cands.dense, cands.dense_rank, pos, second_required=True), 4),
+        "dense_margin": round(_margin(scores, cands.ranks.get(dense, {}), pos, second_required=True), 4)
+        if dense else 0.0,
         "bm25_margin": round(_margin(cands.bm25, cands.bm25_rank, pos) / bound, 4) if bound > 0 else 0.0,
         "identifier": 1.0 if "identifier" in types else 0.0,
         "cjk": 1.0 if "cjk" in types else 0.0,

@@ -41,6 +41,7 @@ class Store:
         self.path, self.manifest, self._stamp = path, manifest, None
         self.catalog = Catalog(path / "catalog.sqlite3")
         self.vectors: VectorIndex = open_vectors(path, manifest, self.catalog, lambda: self.embedding_spec().cache_key)
+        self._extra_vectors: dict[str, VectorIndex] = {}
         self._bm25: BM25Index | None = None
         self._bm25_lock = threading.Lock()
         self._meta_cache: tuple = (None, [])
@@ -122,11 +123,66 @@ class Store:
         """The names of the store's dense retrievers: ``dense``, then ``dense:NAME`` per added model."""
         return ["dense"] + [f"dense:{n}" for n in sorted(self.manifest.get("models", {}))]
 
-    def check_model(self, model) -> None:
-        mf.check_model(self.manifest, model, self.path)
+    def check_model(self, model, name: str = "dense") -> None:
+        mf.check_model({"embedding": self.model_record(name)}, model, self.path)
 
-    def check_dim(self, vectors, where: str = "query") -> None:
-        mf.check_dim(self.manifest, vectors, self.path, where)
+    def check_dim(self, vectors, where: str = "query", name: str = "dense") -> None:
+        mf.check_dim({"embedding": self.model_record(name)}, vectors, self.path, where)
+
+    # ---- further embedding models (dense:NAME) -------------------------------------------
+    def vectors_for(self, name: str = "dense") -> VectorIndex:
+        """The vector index of dense retriever ``name`` (its own Chroma collection)."""
+        if name == "dense":
+            return self.vectors
+        self.model_record(name)  # StoreError for a model the store does not have
+        if name not in self._extra_vectors:
+            self._extra_vectors[name] = open_vectors(self.path, self.manifest, self.catalog,
+                                                     lambda: self.embedding_spec(name).cache_key, retriever=name)
+        return self._extra_vectors[name]
+
+    def add_model(self, model, name: str | None = None) -> str:
+        """Record a further embedding model (name, path, ``use-m``, ``openai:URL#name`` or spec) as dense
+        retriever ``dense:NAME``; its vectors are made by the next ``index``. Returns the retriever name."""
+        from ..embed import check_available
+
+        spec = mf.spec_of(model)
+        name = mf.model_slug(name or mf.default_model_name(spec))
+        check_available(spec)  # fail before anything is written
+        with self.writing():
+            models = self.manifest.setdefault("models", {})
+            if spec.model == self.model_id:
+                raise StoreError(f"{spec.model} is already the store's model (retriever dense): nothing to add")
+            for other, rec in models.items():
+                if rec["model"] == spec.model and other != name:
+                    raise StoreError(f"{spec.model} is already in store {self.path} as dense:{other}")
+            if name in models:
+                if models[name]["model"] != spec.model:
+                    raise StoreError(f"dense:{name} is {models[name]['model']}, not {spec.model}: drop it first "
+                                     f"(`kbtool index --drop-model {name}`) or choose another name")
+                return f"dense:{name}"
+            # A collection left by a crash between a drop's manifest write and its collection drop
+            # holds another model's vectors under the same hashes: never reuse it.
+            if writable(self.path / "chroma" if (self.path / "chroma").is_dir() else self.path):
+                open_vectors(self.path, self.manifest, retriever=f"dense:{name}").drop()
+            models[name] = {**mf.embedding_record(spec), "indexed_generation": -1}
+            self.save_manifest()
+        return f"dense:{name}"
+
+    def drop_model(self, name: str) -> bool:
+        """Remove dense retriever ``dense:NAME`` and its vectors; False if the store has no such model.
+        The manifest forgets it first: a kill before the collection is dropped leaves no index that
+        counts (``add_model`` drops a leftover collection of the same name)."""
+        name = name.removeprefix("dense:")
+        with self.writing():
+            models = self.manifest.get("models", {})
+            if name not in models:
+                return False
+            vectors = self.vectors_for(f"dense:{name}")
+            del models[name]
+            self.save_manifest()
+            self._extra_vectors.pop(f"dense:{name}", None)
+            vectors.drop()
+        return True
 
     def set_stemmer(self, name: str | None) -> bool:
         """Choose the BM25 stemmer ('english', ... or None); True if it changed. Next index rebuilds BM25."""
@@ -167,7 +223,8 @@ class Store:
         bm25_gen = BM25Index.state(bm25_dir).get("generation", self.manifest.get("indexed_generation"))
         return (self.manifest.get("indexed_generation") == gen
                 and mf.bm25_built_with(self.manifest) == self.bm25_spec()
-                and BM25Index.exists(bm25_dir) and bm25_gen == gen and (gen == 0 or self.vectors.exists()))
+                and BM25Index.exists(bm25_dir) and bm25_gen == gen and (gen == 0 or self.vectors.exists())
+                and all(rec.get("indexed_generation") == gen for rec in self.manifest.get("models", {}).values()))
 
     def require_indexed(self) -> None:
         """Readers are served while a writer works (the pipeline drops hits the catalog no longer
@@ -238,10 +295,12 @@ class Store:
         """chunk_id -> cached vector of dense retriever ``name``'s model, for these chunks (or every chunk)."""
         return self.catalog.chunk_vectors(self.embedding_spec(name).cache_key, chunk_ids)
 
-    def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None) -> list[list[tuple[str, float]]]:
-        """Nearest chunks by cosine per query vector, best first, ties by id; only in ``doc_ids`` if given."""
-        self.check_dim(vectors)
-        return self.vectors.search(vectors, depth, doc_ids)
+    def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None,
+                     name: str = "dense") -> list[list[tuple[str, float]]]:
+        """Nearest chunks by cosine per query vector in dense retriever ``name``'s index, best first,
+        ties by id; only in ``doc_ids`` if given."""
+        self.check_dim(vectors, name=name)
+        return self.vectors_for(name).search(vectors, depth, doc_ids)
 
     def has_bm25(self) -> bool:
         return BM25Index.exists(self.path / "bm25")
@@ -258,6 +317,8 @@ class Store:
             "store": str(self.path), "format_version": m["format_version"], "kbtool_version": m["kbtool_version"],
             **self.catalog.counts(m["embedding"].get("max_tokens") or 256),
             "embedding": m["embedding"], "chunking": m["chunking"], "bm25": m["bm25"],
+            "models": {f"dense:{n}": {**rec, "current": rec.get("indexed_generation") == self.generation()}
+                       for n, rec in sorted(m.get("models", {}).items())},
             "analyzer": AnalyzerConfig.from_dict(m["analyzer"]).to_dict(),
             "indexes_current": self.is_indexed(), "last_ingest": m.get("last_ingest"),
             "disk_bytes": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),

@@ -52,6 +52,9 @@ class Manifest(TypedDict, total=False):
     indexed_generation: int  # catalog generation both indexes hold (-1: none / being rebuilt)
     last_ingest: str | None
     markup: dict  # Markdown clean-up rules of the last ingest
+    # further dense retrievers ``dense:NAME``: NAME -> the Embedding record of its model, plus
+    # ``indexed_generation`` (the catalog generation its vectors hold, -1 none)
+    models: dict
 
 
 REQUIRED = ("format_version", "embedding", "analyzer", "bm25", "hnsw")
@@ -110,6 +113,22 @@ def create(path: Path, model, version: str) -> None:
     except OSError as exc:
         where = next((p for p in [path, *path.parents] if p.exists()), path)
         raise (storage_error(exc, where, "creating a store") or exc) from None
+
+
+def default_model_name(spec) -> str:
+    """The retriever name a model gets when added without one: its short id (``use-m``), or the
+    last part of its name or folder."""
+    return spec.model.rstrip("/").rsplit("/", 1)[-1].split("#")[-1]
+
+
+def model_slug(name: str) -> str:
+    """A retriever name for ``dense:NAME``: lowercase letters, digits, '.', '_', '-' (at most 40)."""
+    import re
+
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")[:40].strip("-._")
+    if not slug:
+        raise StoreError(f"{name!r} gives no model name: pass one made of letters and digits")
+    return slug
 
 
 def embedding_record(spec) -> Embedding:

@@ -46,9 +46,10 @@ class ChromaVectors:
     """Chroma embedded (``PersistentClient``) in ``path``; cosine space, HNSW settings from the manifest.
     Safe across threads: the client is made once, under a lock."""
 
-    def __init__(self, path: Path, hnsw: dict):
+    def __init__(self, path: Path, hnsw: dict, collection: str = COLLECTION):
         self.path = path
         self.hnsw = dict(hnsw)
+        self.name = collection
         self._collection = None
         self._client = None
         self._lock = threading.Lock()
@@ -75,7 +76,7 @@ class ChromaVectors:
                     self._client = chromadb.PersistentClient(path=str(self.path),
                                                              settings=Settings(anonymized_telemetry=False))
                     self._collection = self._client.get_or_create_collection(
-                        COLLECTION, configuration={"hnsw": dict(self.hnsw)}, embedding_function=None)
+                        self.name, configuration={"hnsw": dict(self.hnsw)}, embedding_function=None)
                 except Exception:
                     # A client that failed to start (a full disk) stays in chromadb's per-path cache,
                     # broken: the next try in this process (after space is freed) must start afresh.
@@ -133,7 +134,11 @@ class ChromaVectors:
     def drop(self) -> None:
         self._col()
         with self._lock:
-            self._client.delete_collection(COLLECTION)
+            try:
+                self._client.delete_collection(self.name)
+            except Exception:  # never created (an added model not indexed yet)
+                if self.name == COLLECTION:
+                    raise
             self._collection = None
 
     def verify(self, wanted: dict[str, str], dim: int | None) -> dict:
@@ -220,13 +225,21 @@ class CatalogVectors:
         raise self._on_write()
 
 
-def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None) -> VectorIndex:
-    """The vector index of the store in ``store_path``: Chroma embedded in ``chroma/`` (today's one
-    engine; another engine is chosen here, from the manifest), or, where this process cannot write
-    the store (Chroma opens its database for writing), ``CatalogVectors`` over the catalog."""
+def collection_name(retriever: str) -> str:
+    """The Chroma collection of a dense retriever: ``chunks`` for the store's model (``dense``),
+    ``chunks-NAME`` for a model added as ``dense:NAME``."""
+    return COLLECTION if retriever == "dense" else f"{COLLECTION}-{retriever.removeprefix('dense:')}"
+
+
+def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None,
+                 retriever: str = "dense") -> VectorIndex:
+    """The vector index of dense retriever ``retriever`` of the store in ``store_path``: a collection
+    of Chroma embedded in ``chroma/`` (today's one engine; another engine is chosen here, from the
+    manifest), or, where this process cannot write the store (Chroma opens its database for
+    writing), ``CatalogVectors`` over the catalog's cached vectors of that model."""
     from .files import readonly_error, writable
 
     chroma = store_path / "chroma"
     if catalog is not None and not writable(chroma if chroma.is_dir() else store_path):
         return CatalogVectors(chroma, catalog, cache_key, lambda: readonly_error(store_path, "writing vectors"))
-    return ChromaVectors(chroma, manifest["hnsw"])
+    return ChromaVectors(chroma, manifest["hnsw"], collection_name(retriever))
