@@ -48,6 +48,28 @@ InputTypeOpt = Annotated[bool, typer.Option("--input-type", help="Endpoint model
 TokenizerOpt = Annotated[Optional[str], typer.Option("--tokenizer", help="Endpoint models: a tokenizer.json (or folder) to count tokens exactly [default: a conservative estimate].")]
 
 
+AddModelOpt = Annotated[
+    Optional[List[str]],
+    typer.Option("--add-model", metavar="[NAME=]MODEL",
+                 help="Add a further embedding model as retriever dense:NAME (repeatable): use-m (the bundled "
+                      "multilingual model), a model folder or openai:URL#name; its vectors are made now."),
+]
+
+
+def add_models(kb, models: list[str] | None) -> list[str]:
+    """Record each ``[NAME=]MODEL`` of --add-model in the store; the retriever names."""
+    import re
+
+    from ..embed import parse_model
+
+    names = []
+    for arg in models or []:
+        m = re.match(r"^([a-z0-9][a-z0-9._-]*)=(.+)$", arg)
+        name, model = (m.group(1), m.group(2)) if m else (None, arg)
+        names.append(kb.add_model(parse_model(model), name))
+    return names
+
+
 def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=None, tokenizer=None, input_type=None):
     """The embedding spec the user asked for, or None for the store's own."""
     from ..embed import parse_model

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, List, Optional
 
 import typer
 
 from . import app
-from ._common import JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
+from ._common import AddModelOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -19,6 +19,8 @@ def index(
     input_type: InputTypeOpt = False,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model or prefixes).")] = False,
     stemmer: StemmerOpt = None,
+    add_model: AddModelOpt = None,
+    drop_model: Annotated[Optional[List[str]], typer.Option("--drop-model", metavar="NAME", help="Remove retriever dense:NAME and its vectors (repeatable).")] = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
@@ -36,12 +38,30 @@ def index(
     check_sizing(kb, spec, rebuild)
     if stemmer is not None:
         kb.set_stemmer(stemmer)
+    dropped = [n for n in drop_model or [] if _drop(kb, n)]
+    added = add_models(kb, add_model)
     embedder = load_embedder(spec or kb.embedding_spec())
     with progress_bars(quiet) as progress:
         report = run_index(kb, embedder=embedder, rebuild=rebuild, progress=progress)
     if json_:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "added_models": added, "dropped_models": [f"dense:{n.removeprefix('dense:')}" for n in dropped],
+                    "retrievers": list(kb.dense_retrievers())})
     else:
+        for name in dropped:
+            out.print(f"dropped dense:{name.removeprefix('dense:')}", highlight=False)
+        for name in added:
+            out.print(f"added {name}: questions reach it where the contract weighs it (the built-in cjk rule weighs "
+                      "dense:use-m); `kbtool calibrate` tunes its weights", highlight=False)
         out.print(f"{report.chunks} chunks: {report.embedded} embedded, {report.from_cache} from cache, "
                   f"{report.upserted} written, {report.deleted} deleted"
                   + (", BM25 rebuilt" if report.bm25_rebuilt else ""), highlight=False)
+
+
+def _drop(kb, name: str) -> bool:
+    from ..errors import UsageError
+
+    if not kb.drop_model(name):
+        have = ", ".join(kb.dense_retrievers()[1:]) or "none"
+        raise UsageError(f"--drop-model {name}: the store has no model dense:{name.removeprefix('dense:')} "
+                         f"(added models: {have})")
+    return True

@@ -7,7 +7,7 @@ import typer
 
 from ..ingestion.parse import size_limits_text
 from . import app
-from ._common import (JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (AddModelOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -34,6 +34,7 @@ def ingest(
     tokenizer: TokenizerOpt = None,
     input_type: InputTypeOpt = False,
     stemmer: StemmerOpt = None,
+    add_model: AddModelOpt = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
@@ -79,6 +80,7 @@ def ingest(
     check_sizing(kb, spec)
     if stemmer is not None:
         kb.set_stemmer(stemmer)
+    add_models(kb, add_model)
     embedder = None
     if spec is not None:
         from ..embed import load_embedder
@@ -86,10 +88,13 @@ def ingest(
         embedder = load_embedder(spec)
     with progress_bars(quiet) as progress:
         report = run_ingest(kb, paths, options, embedder=embedder, progress=progress)
+    hint = _multilingual_hint(kb, parse_only)
     if json_:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), **({"hint": hint} if hint else {})})
     else:
         _render(report, kb.path, quiet)
+        if hint and not quiet:
+            err.print(hint, highlight=False, markup=False)
     if strict and report.failed:
         raise typer.Exit(1)
 
@@ -121,3 +126,14 @@ def _render(report, store_path, quiet: bool) -> None:
     if not quiet:
         for s in report.skipped:
             err.print(f"[dim]skipped {s['path']}: {s['reason']}[/]", highlight=False)
+
+
+def _multilingual_hint(kb, parse_only: bool) -> str | None:
+    """Once per store: when a noticeable share of its chunks is CJK and no model reads them."""
+    if parse_only:
+        return None
+    share = kb.suggest_multilingual()
+    if share is None:
+        return None
+    return (f"note: {share:.0%} of the chunks are Chinese/Japanese/Korean text, which the store's English model "
+            f"reads poorly; add the bundled multilingual model: kbtool index --add-model use-m --store {kb.path}")

@@ -47,6 +47,10 @@ def status(
                      if emb.get("query_prefix") or emb.get("passage_prefix") else "")
                   + (", input_type sent" if emb.get("input_type") else "")
                   + (f", embedded by {emb['runtime']}" if emb.get("runtime") else "") + ")"),
+        *((name, f"{rec['model']}  ({rec.get('dim') or '?'}-d"
+                  + (f", embedded by {rec['runtime']}" if rec.get("runtime") else "")
+                  + (", current" if rec.get("current") else ", behind: run `kbtool index`") + ")")
+          for name, rec in (info.get("models") or {}).items()),
         ("chunking", str(info["chunking"])),
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),

@@ -168,6 +168,25 @@ class Store:
             self.save_manifest()
         return f"dense:{name}"
 
+    def suggest_multilingual(self, at_least: float = 0.1) -> float | None:
+        """The share of chunks holding CJK text, when it is ``at_least`` and the store has no model that
+        reads it (an added model, or a primary model other than the bundled English one) — said once
+        per store: the manifest remembers it was said. None otherwise."""
+        from ..embed import DEFAULT_MODEL
+        from .analyzer import CJK
+
+        m = self.manifest
+        if m.get("models") or m["embedding"]["model"] != DEFAULT_MODEL or m.get("said_multilingual"):
+            return None
+        texts = [t for _, t in self.catalog.chunk_texts()]
+        share = sum(1 for t in texts if CJK.search(t)) / len(texts) if texts else 0.0
+        if share < at_least:
+            return None
+        with self.writing():
+            self.manifest["said_multilingual"] = True
+            self.save_manifest()
+        return share
+
     def drop_model(self, name: str) -> bool:
         """Remove dense retriever ``dense:NAME`` and its vectors; False if the store has no such model.
         The manifest forgets it first: a kill before the collection is dropped leaves no index that

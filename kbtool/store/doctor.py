@@ -29,14 +29,8 @@ def diagnose(store) -> list[dict]:
     if not store.vectors.exists() and wanted:
         add("vectors", False, "chroma/ is missing: `kbtool index` refills it from the embedding cache")
     else:
-        dim = store.manifest["embedding"].get("dim")
-        v = store.vectors.verify(wanted, dim)
-        ok = not (v["missing"] or v["ghosts"] or v["stale"])
-        add("vectors", ok, f"{v['held']} vectors match the catalog" if ok else
-            f"{len(v['missing'])} chunk(s) without a vector, {len(v['ghosts'])} vector(s) of chunks the catalog "
-            f"no longer has, {len(v['stale'])} out of date")
-        if v["held"] and dim:
-            add("dimension", v["dim"] == dim, f"vectors are {v['dim']}-d, the manifest says {dim}-d")
+        for name in store.dense_retrievers():
+            _vectors(store, name, wanted, add)
 
     bm25_dir = store.path / "bm25"
     ids = BM25Index.chunk_ids_on_disk(bm25_dir)
@@ -53,3 +47,18 @@ def diagnose(store) -> list[dict]:
             f"{len(set(wanted) - set(ids))}" + ("" if current else "; built from another catalog state or settings"))
     add("status", store.is_indexed(), "indexes current" if store.is_indexed() else "indexes behind the catalog")
     return findings
+
+
+def _vectors(store, name: str, wanted: dict[str, str], add) -> None:
+    """Dense retriever ``name``'s vectors against the catalog, and their width against its record."""
+    label = "vectors" if name == "dense" else f"vectors {name}"
+    rec = store.model_record(name)
+    dim = rec.get("dim")
+    v = store.vectors_for(name).verify(wanted, dim)
+    ok = not (v["missing"] or v["ghosts"] or v["stale"])
+    add(label, ok, f"{v['held']} vectors of {rec['model']} match the catalog" if ok else
+        f"{len(v['missing'])} chunk(s) without a vector, {len(v['ghosts'])} vector(s) of chunks the catalog "
+        f"no longer has, {len(v['stale'])} out of date")
+    if v["held"] and dim:
+        add("dimension" if name == "dense" else f"dimension {name}", v["dim"] == dim,
+            f"vectors are {v['dim']}-d, the manifest says {dim}-d")

@@ -55,6 +55,7 @@ class Manifest(TypedDict, total=False):
     # further dense retrievers ``dense:NAME``: NAME -> the Embedding record of its model, plus
     # ``indexed_generation`` (the catalog generation its vectors hold, -1 none)
     models: dict
+    said_multilingual: bool  # ingest suggested the multilingual model once
 
 
 REQUIRED = ("format_version", "embedding", "analyzer", "bm25", "hnsw")
