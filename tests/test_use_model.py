@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.embed import USE_MODEL, EmbeddingSpec, check_available, load_embedder, load_tokenizer, parse_model
-from kbtool.embed.base import canonical_model_id
+from kbtool.embed.base import canonical_model_id, is_multilingual
 from kbtool.errors import ModelError, UsageError
 
 from .conftest import write
@@ -39,6 +39,7 @@ def test_aliases_spec_and_identity(monkeypatch):
     assert spec.cli() == "--model use-m" and spec.cache_key == "use-m"
     assert spec.identity() == {"model": "use-m", "query_prefix": "", "passage_prefix": "", "input_type": False}
     assert spec.to_manifest()["backend"] == "use"
+    assert is_multilingual(spec) and not is_multilingual(parse_model(None))
     assert EmbeddingSpec.from_manifest({**spec.to_manifest(), "dim": 512, "max_tokens": 256}) == spec
     assert spec.identity() != parse_model(None).identity() and spec.cache_key != parse_model(None).cache_key
     with pytest.raises(UsageError, match="endpoint models"):

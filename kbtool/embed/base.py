@@ -233,6 +233,12 @@ def resolve_model_path(model: str) -> Path:
         ) from exc
 
 
+def is_multilingual(spec: EmbeddingSpec) -> bool:
+    """Whether the model is known to put CJK and English text in one space (use-m): a store built
+    with it can treat its contract's ``retrieve.model_multilingual`` as true."""
+    return spec.backend == "use"
+
+
 def check_available(spec: EmbeddingSpec) -> None:
     """Fail before a store is created for a model that cannot be used (cheap: no model load)."""
     if spec.backend in ("local", "use"):
