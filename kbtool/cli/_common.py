@@ -38,8 +38,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as JSON 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or chatter on stderr.")]
 ModelOpt = Annotated[
     Optional[str],
-    typer.Option("--model", help="Embedding model: a sentence-transformers name or local folder, or an OpenAI-compatible "
-                 "endpoint openai:http://HOST:PORT/v1#NAME [default: the store's, or all-MiniLM-L6-v2]."),
+    typer.Option("--model", help="Embedding model: a sentence-transformers name or local folder, use-m (the bundled "
+                 "multilingual Universal Sentence Encoder), or an OpenAI-compatible endpoint "
+                 "openai:http://HOST:PORT/v1#NAME [default: the store's, or all-MiniLM-L6-v2]."),
 ]
 QueryPrefixOpt = Annotated[Optional[str], typer.Option("--query-prefix", help="Text put before every question embedded (E5 models: 'query: ', the default for names containing e5).")]
 PassagePrefixOpt = Annotated[Optional[str], typer.Option("--passage-prefix", help="Text put before every chunk embedded (E5 models: 'passage: ').")]

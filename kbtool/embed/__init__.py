@@ -4,7 +4,9 @@ produces vectors.
 * local models (the bundled all-MiniLM-L6-v2 by default, any sentence-transformers folder):
   ONNX Runtime from a verified export (``onnx.py``), else torch (``st.py``);
   ``KBTOOL_RUNTIME=torch|onnx`` forces one;
-* ``openai:http://host:port/v1#name``: an OpenAI-compatible endpoint (``http.py``).
+* ``openai:http://host:port/v1#name``: an OpenAI-compatible endpoint (``http.py``);
+* ``use-m``: Universal Sentence Encoder multilingual v3 in pure numpy (``use.py``), whatever
+  ``KBTOOL_RUNTIME`` says.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from ..errors import ModelError
 from .base import (
     DEFAULT_MODEL,
+    USE_MODEL,
     ApproxTokenizer,
     Embedder,
     EmbeddingSpec,
@@ -30,7 +33,7 @@ from .base import (
 from .st import SentenceTransformerEmbedder
 
 __all__ = [
-    "DEFAULT_MODEL", "Embedder", "EmbeddingSpec", "SentenceTransformerEmbedder", "canonical_model_id",
+    "DEFAULT_MODEL", "USE_MODEL", "Embedder", "EmbeddingSpec", "SentenceTransformerEmbedder", "canonical_model_id",
     "check_available", "default_prefixes", "load_embedder", "load_tokenizer", "parse_model", "resolve_model_path",
 ]
 
@@ -40,6 +43,8 @@ log = logging.getLogger("kbtool")
 def load_embedder(model: str | EmbeddingSpec | None = None, *, runtime: str | None = None):
     """One loaded model per process and spec: a library user or a test pays the load once."""
     spec = model if isinstance(model, EmbeddingSpec) else parse_model(model)
+    if spec.backend == "use":  # one runtime: KBTOOL_RUNTIME does not apply
+        return _load(spec, "numpy")
     return _load(spec, runtime or runtime_choice())
 
 
@@ -49,6 +54,10 @@ def _load(spec: EmbeddingSpec, runtime: str):
         from .http import HttpEmbedder
 
         return HttpEmbedder(spec)
+    if spec.backend == "use":
+        from .use import UseEmbedder
+
+        return UseEmbedder(spec)
     if runtime == "torch":
         return SentenceTransformerEmbedder(spec)
     from .onnx import OnnxEmbedder, ensure_export
@@ -72,7 +81,8 @@ def _load(spec: EmbeddingSpec, runtime: str):
 def load_tokenizer(model: str | EmbeddingSpec | None = None):
     """The model's word-piece tokenizer without torch (no padding, no truncation): for counting
     and truncating questions and sizing context blocks. An endpoint without a ``--tokenizer``
-    gets a conservative estimate (``ApproxTokenizer``)."""
+    gets a conservative estimate (``ApproxTokenizer``); use-m its SentencePiece model behind the
+    same interface (``UseTokenizerAdapter``)."""
     spec = model if isinstance(model, EmbeddingSpec) else parse_model(model)
     return _tokenizer(spec.model, spec.tokenizer)
 
@@ -86,6 +96,10 @@ def _tokenizer(model: str, tokenizer: str | None):
         return ApproxTokenizer()
     if model.startswith("openai:"):
         return ApproxTokenizer()
+    if model == USE_MODEL:
+        from .use import UseTokenizerAdapter
+
+        return UseTokenizerAdapter()
     file = resolve_model_path(model) / "tokenizer.json"
     if not file.exists():
         raise ModelError(f"{file.parent} has no tokenizer.json: it is not a sentence-transformers model folder")

