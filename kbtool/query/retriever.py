@@ -21,8 +21,9 @@ from typing import Sequence
 from ..contract import RRF_K
 from ..errors import UsageError
 
-MODE_HELP = (f"contract (the contract's fusion and rules), dense, bm25, hybrid (RRF k={RRF_K}), rrf:K "
-             "or weighted:W (normalised fusion, dense weight W)")
+MODE_HELP = (f"contract (the contract's fusion and rules), dense, bm25, dense:NAME (a model added to the store), "
+             f"hybrid (RRF k={RRF_K} of dense and bm25), rrf:K, rrf:R1+R2+... (RRF of these retrievers), "
+             "weighted:W (normalised fusion, dense weight W) or weighted:R1=W1,R2=W2,...")
 
 
 _EQUAL = {"dense": 0.5, "bm25": 0.5}
@@ -30,12 +31,24 @@ _EQUAL = {"dense": 0.5, "bm25": 0.5}
 
 def parse_mode(mode: str) -> dict | None:
     """The fusion override of a mode (None for 'contract'); raises UsageError for an unknown mode."""
+    from ..contract import RETRIEVER
+
     name, _, arg = mode.partition(":")
     try:
         if name == "contract" and not arg:
             return None
-        if name in ("dense", "bm25") and not arg:
-            return {"method": name}
+        if RETRIEVER.match(mode):
+            return {"method": mode}
+        if name == "rrf" and arg and not arg.isdigit():
+            parts = arg.split("+")
+            if all(RETRIEVER.match(p) for p in parts) and len(set(parts)) == len(parts):
+                return {"method": "rrf", "rrf_k": RRF_K, "weights": _only({p: 1.0 / len(parts) for p in parts}),
+                        "rules": []}
+        if name == "weighted" and "=" in arg:
+            pairs = dict(p.split("=", 1) for p in arg.split(","))
+            ws = {k.strip(): float(v) for k, v in pairs.items()}
+            if all(RETRIEVER.match(k) and 0.0 <= w <= 1.0 for k, w in ws.items()) and sum(ws.values()) > 0:
+                return {"method": "weighted", "weights": _only(ws), "rules": []}
         if name == "hybrid" and not arg:
             return {"method": "rrf", "rrf_k": RRF_K, "weights": _EQUAL, "rules": []}
         if name == "rrf":
@@ -51,9 +64,14 @@ def parse_mode(mode: str) -> dict | None:
     raise UsageError(f"unknown mode {mode!r}: use {MODE_HELP}")
 
 
+def _only(weights: dict[str, float]) -> dict[str, float]:
+    """Weights naming these retrievers alone (dense and bm25 are 0 unless named)."""
+    return {"dense": 0.0, "bm25": 0.0, **weights}
+
+
 def is_single(mode: str) -> bool:
     over = parse_mode(mode)
-    return bool(over) and over["method"] in ("dense", "bm25")
+    return bool(over) and over["method"] not in ("weighted", "rrf")
 
 
 def contract_for_mode(contract, mode: str):
