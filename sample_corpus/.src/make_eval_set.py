@@ -369,7 +369,7 @@ Q = [
      [R(ZTS, "本地已有的内容不会被重新下载"),
       R(TS, "your files are not re-downloaded", 1)], ["zh", "zh-paraphrase"]),
     ("只有一个表格怎么都传不上去，别的都好好的，可能是什么原因？",  # [只有]
-     [R(ZTS, "通常是它被另一个程序锁定了"),
+     [R(ZTS, "可能是它被另一个程序锁定了"),
       R(TS, "it may be locked by another program", 1)], ["zh", "zh-paraphrase"]),
     ("一次交一整年的钱有没有优惠？",  # []
      [R(ZBILL, "按年付费的价格等于 10 个月的月费"),
