@@ -18,6 +18,7 @@ TS, INS, AG, API, DOCX, CSV, ORD, PDF, ESC, ZH, PERM, RES = (
     "api/reference.html", "policies/refund-policy.docx", "billing/plans.csv",
     "billing/orders.md", "release-notes.pdf", "support/escalation.txt", "zh/faq.md",
     "security/permissions.md", "policies/data-residency.md")
+ZINS, ZTS, ZBILL, ZSEC = "zh/install.md", "zh/troubleshooting.md", "zh/billing.md", "zh/security.md"
 
 
 def R(doc, evidence, grade=2):
@@ -192,7 +193,8 @@ Q = [
       R(AG, "the first upload wins and the second is kept beside it", 1)], ["zh"]),
     ("在中国大陆购买的套餐多少天内可以退款？",
      [R(ZH, "自购买之日起 7 天内可申请全额退款"),
-      R(DOCX, "A full refund is available within 7 days of purchase.")], ["zh", "multi-doc"]),
+      R(DOCX, "A full refund is available within 7 days of purchase."),
+      R(ZBILL, "自购买之日起 7 天内可以申请全额退款。")], ["zh", "multi-doc"]),
     ("存储配额已满怎么办？",
      [R(ZH, "可以删除不需要的文件并清空回收站"),
       R(TS, "delete files you no longer need and empty the Recycle area", 1)], ["zh"]),
@@ -282,6 +284,122 @@ Q = [
     ("Which team won the 2018 football World Cup?", [], ["unanswerable", "off-topic"]),
     ("What is the boiling point of water in Fahrenheit?", [], ["unanswerable", "off-topic"]),
     ("明天北京的天气怎么样？", [], ["unanswerable", "off-topic", "zh"]),
+    # q117-q147: Chinese questions over the Chinese manual pages (zh/install.md, zh/troubleshooting.md,
+    # zh/billing.md, zh/security.md), each also graded 1 on the English page stating the same fact
+    # (an answer in another language). zh-literal: worded like the Chinese page. zh-paraphrase:
+    # everyday words or a described symptom instead of the page's terms (checked with a jieba word
+    # segmentation of question and answering section, function words left out: the words in brackets
+    # are the only content words they share).
+    # ---- zh-literal
+    ("客户端的本地索引需要多少可用磁盘空间？",
+     [R(ZINS, "本地索引还需要至少 2 GB 可用磁盘空间"),
+      R(INS, "2 GB of free disk space for its local index", 1)], ["zh", "zh-literal"]),
+    ("自建服务器首次启动时打印的初始化链接多久内有效？",
+     [R(ZINS, "请在 60 分钟内打开该链接并创建第一个 Owner 账户"),
+      R(INS, "Open it within 60 minutes to create the first Owner account", 1)], ["zh", "zh-literal"]),
+    ("升级时应该先升级服务器还是先升级客户端？",
+     [R(ZINS, "请先升级服务器，再升级客户端。"),
+      R(INS, "Upgrade the server before the agents.", 1)], ["zh", "zh-literal"]),
+    ("在 macOS 和 Linux 上使用代理时，代理密码保存在哪里？",
+     [R(ZINS, "代理密码保存在系统钥匙串中，不会写入 agent.yaml。"),
+      R(INS, "The password is kept in the system keychain, never in agent.yaml.", 1)], ["zh", "zh-literal"]),
+    ("TW-E2203 本地索引损坏应该怎么处理？",
+     [R(ZTS, "退出客户端，然后重建索引"),
+      R(TS, "quit the agent and rebuild the index", 1)], ["zh", "zh-literal", "exact-id"]),
+    ("桌面客户端的日志文件在哪里？",
+     [R(ZTS, "桌面客户端的日志文件位于"),
+      R(TS, "Before contacting support, collect the logs.", 1)], ["zh", "zh-literal"]),
+    ("错误代码 TW-E3310 是什么意思？",
+     [R(ZTS, "文件名包含服务器不允许的字符，例如结尾的句点或冒号"),
+      R(TS, "such as a trailing dot or a colon", 1)], ["zh", "zh-literal", "exact-id", "table"]),
+    ("Team 套餐每分钟可以发送多少个 API 请求？",
+     [R(ZBILL, "API 请求数/分钟"),
+      R(CSV, "Team,24,1000,10,1200,Standard,no", 1),
+      R(API, "Limits are counted per workspace, not per token", 1)], ["zh", "zh-literal", "table"]),
+    ("订单状态 pending_payment 表示什么？",
+     [R(ZBILL, "订单已创建，但尚未确认收款。"),
+      R(ORD, "The order was created but the payment has not been confirmed yet.", 1)],
+     ["zh", "zh-literal", "exact-id", "table"]),
+    ("发票号 INV-2024-11-0932 的各部分分别代表什么？",
+     [R(ZBILL, "依次为前缀、年份、月份和当月序号"),
+      R(ORD, "prefix, year, month, sequence within the month", 1)], ["zh", "zh-literal", "exact-id"]),
+    ("每个付费席位最多可以邀请几位访客？",
+     [R(ZSEC, "每个付费席位最多可以邀请 5 位访客。"),
+      R(PERM, "each workspace may invite at most 5 guests per paid seat", 1)], ["zh", "zh-literal"]),
+    ("哪些身份提供商经过了单点登录的测试？",
+     [R(ZSEC, "经过测试的身份提供商有 Microsoft Entra ID、Okta、Google Workspace 和 Keycloak"),
+      R(PERM, "Tested identity providers are Microsoft Entra ID, Okta, Google Workspace and Keycloak.", 1)],
+     ["zh", "zh-literal"]),
+    ("审计日志会保留多长时间？",
+     [R(ZSEC, "Business 和 Enterprise 套餐的日志保留 1 年"),
+      R(PERM, "Entries are kept for 1 year on Business and Enterprise plans", 1)], ["zh", "zh-literal"]),
+    ("Editor 角色有哪些权限标签？",
+     [R(ZSEC, "创建和修改文件的普通成员"),
+      R(PERM, "Regular members who create and change files", 1)], ["zh", "zh-literal", "table"]),
+    # ---- zh-paraphrase
+    ("我这台旧笔记本只有 2G 运存，跑得动这个软件吗？",  # []
+     [R(ZINS, "客户端至少需要 4 GB 内存。"),
+      R(INS, "The agent needs at least 4 GB of RAM", 1)], ["zh", "zh-paraphrase"]),
+    ("不打算用了，把这个软件从系统里清理掉，我存在本机的那些资料还留着吗？",  # [系统]
+     [R(ZINS, "卸载客户端不会删除同步文件夹及其中的文件"),
+      R(INS, "Uninstalling does not delete the sync folder or its files", 1)], ["zh", "zh-paraphrase"]),
+    ("IT 同事问：要不要在每台员工机器上放行一个外面能连进来的口子？",  # []
+     [R(ZINS, "客户端只发起出站连接，从不监听入站连接，因此不需要在电脑上开放任何端口"),
+      R(INS, "It never listens for inbound connections, so no port has to be opened on the computer itself.", 1)],
+     ["zh", "zh-paraphrase"]),
+    ("自己搭的服务端第一次跑起来后，我隔了两个小时才去建管理员，现在进不去了怎么办？",  # [建]
+     [R(ZINS, "超时后链接失效，需要运行 tidewater-admin reset-setup 重新生成"),
+      R(INS, "after that the link expires and you must run tidewater-admin reset-setup to get a new one", 1)],
+     ["zh", "zh-paraphrase"]),
+    ("用公司统一账号进系统，结果总是被弹回最开始那一步，一直进不去，怎么回事？",  # []
+     [R(ZTS, "多半是电脑时钟不准"),
+      R(TS, "the computer's clock is probably wrong", 1)], ["zh", "zh-paraphrase"]),
+    ("刚装好软件，电脑风扇狂转、卡得要命，这样有问题吗？",  # []
+     [R(ZTS, "客户端正在建立本地索引，并为每个文件计算校验和"),
+      R(TS, "the agent is building its local index and calculating checksums for every file", 1)],
+     ["zh", "zh-paraphrase"]),
+    ("我在 Ubuntu 上找不到它在屏幕右上角的小标志，程序是不是没在跑？",  # []
+     [R(ZTS, "基于 GNOME 的桌面需要安装 AppIndicator 扩展才能显示托盘图标"),
+      R(TS, "desktops based on GNOME need an AppIndicator extension to show tray icons", 1)],
+     ["zh", "zh-paraphrase"]),
+    ("昨天突然停电，电脑一下子黑屏了，今天这个软件就停下来不干活了，怎么恢复？",  # []
+     [R(ZTS, "最常见的原因是写入过程中强制关机，或者磁盘出错"),
+      R(TS, "most often by a forced shutdown during a write or by disk errors", 1)], ["zh", "zh-paraphrase"]),
+    ("出差十来天没开电脑，回来后软件让我再验证一次身份，里面的东西会不会全都再拉一遍？",  # [电脑]
+     [R(ZTS, "本地已有的内容不会被重新下载"),
+      R(TS, "your files are not re-downloaded", 1)], ["zh", "zh-paraphrase"]),
+    ("只有一个表格怎么都传不上去，别的都好好的，可能是什么原因？",  # [只有]
+     [R(ZTS, "可能是它被另一个程序锁定了"),
+      R(TS, "it may be locked by another program", 1)], ["zh", "zh-paraphrase"]),
+    ("一次交一整年的钱有没有优惠？",  # []
+     [R(ZBILL, "按年付费的价格等于 10 个月的月费"),
+      R(ORD, "Annual billing costs the same as 10 months of monthly billing.", 1)], ["zh", "zh-paraphrase"]),
+    ("团队新来了三个同事，能不能只多买三个账号？",  # []
+     [R(ZBILL, "以 10 个为一组出售"),
+      R(ORD, "are sold in packs of 10", 1)], ["zh", "zh-paraphrase"]),
+    ("我们走对公汇款交的钱，后台好几天都显示没到账，正常吗？",  # []
+     [R(ZBILL, "银行转账的订单可能在这个状态停留最多 5 个工作日"),
+      R(ORD, "Bank transfers can stay in this state for up to 5 business days.", 1)], ["zh", "zh-paraphrase"]),
+    ("我们之前一直付美金，现在想换一种货币来交费，行吗？",  # []
+     [R(ZBILL, "工作区的结算币种在首笔订单之后无法更改"),
+      R(ORD, "The currency of a workspace cannot be changed after the first order.", 1)],
+     ["zh", "zh-paraphrase"]),
+    ("外包的设计师只需要看一个目录，要不要专门给他买个账号？",  # []
+     [R(ZSEC, "访客不占用席位。"),
+      R(PERM, "Guests do not take up a seat", 1)], ["zh", "zh-paraphrase"]),
+    ("同事离职后我们在公司账号系统里把他删了，他多久就打不开我们的资料了？",  # []
+     [R(ZSEC, "在身份提供商中被移除的成员会在 5 分钟内失去访问权限"),
+      R(PERM, "Members removed in the identity provider lose access within 5 minutes", 1)],
+     ["zh", "zh-paraphrase"]),
+    ("发出去的分享地址想收回来，对方之后再点开会看到什么？",  # [看到]
+     [R(ZSEC, "链接被撤销后立即失效"),
+      R(API, "Revokes a share link immediately.", 1)], ["zh", "zh-paraphrase"]),
+    # ---- unanswerable, near misses (grep of the visible text: [微信, 支付宝, wechat, alipay, 界面,
+    # interface] 0 hits; refunds go "to the original payment method" and support/escalation.txt
+    # LANGUAGES lists the languages tickets are answered in; nothing names payment methods or the
+    # web console's display language)
+    ("在中国大陆可以用微信或支付宝付款吗？", [], ["unanswerable", "zh"]),
+    ("网页控制台可以切换成中文界面吗？", [], ["unanswerable", "zh"]),
 ]
 
 # ---------------------------------------------------------------- visible text
