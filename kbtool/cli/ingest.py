@@ -88,7 +88,7 @@ def ingest(
         embedder = load_embedder(spec)
     with progress_bars(quiet) as progress:
         report = run_ingest(kb, paths, options, embedder=embedder, progress=progress)
-    hint = _multilingual_hint(kb, parse_only)
+    hint = None if quiet and not json_ else _multilingual_hint(kb, parse_only)  # said once: where it is seen
     if json_:
         print_json({**report.to_dict(), **({"hint": hint} if hint else {})})
     else:
