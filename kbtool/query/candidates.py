@@ -40,6 +40,7 @@ class Candidates:
     # distinct query term -> (IDF over the permitted chunks, some permitted chunk holds it)
     term_weights: dict[str, tuple[float, bool]] | None = None  # None: no BM25 index to weigh them
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
+    rerank_cache: dict = field(default_factory=dict, repr=False)  # (reranker, question, chunk id) -> score (query.rerank)
 
 
 class Gatherer:

@@ -48,6 +48,7 @@ class Hit:
     bm25_score: float | None = None
     bm25_coverage: float | None = None
     bm25_rank: int | None = None
+    rerank_score: float | None = None  # postprocess.rerank's score of this hit (None: not reranked)
     line_start: int | None = None
     line_end: int | None = None
     anchor: str | None = None
@@ -283,6 +284,14 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         w_dense, w_bm25 = 0.0, 1.0
     fused = fuse(cands.ids, cands.dense, cands.bm25, method=method, w_dense=w_dense, w_bm25=w_bm25,
                  normalization=fusion.normalization, rrf_k=fusion.rrf_k)
+    reranked: dict = {}
+    if contract.postprocess.rerank.backend != "none":  # reorder the fused top_n (query.rerank)
+        from . import rerank
+
+        fused, reranked = rerank.apply(
+            store, contract.postprocess.rerank, p.text, fused,
+            lambda ids: rows if rows is not None and all(c in rows for c in ids) else store.chunks_by_id(ids),
+            cands.rerank_cache)
     asked = top_k or contract.retrieve.top_k
     top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
@@ -310,6 +319,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             dense_score=None if cos is None else round(cos, 6), dense_rank=cands.dense_rank.get(cid),
             bm25_score=None if raw is None else round(raw, 6),
             bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
+            rerank_score=reranked.get("scores", {}).get(cid),
             line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
         ))
         hits[-1].citation = citation(hits[-1], contract.context.base_url)
@@ -339,7 +349,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         "candidates": {"dense": _top_list(cands, "dense"), "bm25": _top_list(cands, "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
-        "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2)},
+        **({"rerank": reranked} if reranked else {}),
+        "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
+                       **({"rerank_ms": reranked["ms"]} if reranked else {})},
     }
     return Answer(
         question=p.raw, processed=p, weights={"dense": round(w_dense, 4), "bm25": round(w_bm25, 4)},
