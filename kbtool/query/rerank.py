@@ -242,10 +242,9 @@ class HttpReranker:
         return self._scores(payload, len(texts))
 
     def _scores(self, payload: bytes, n: int) -> list[float]:
-        shape = ("a list of {index, score}" if self.api == "tei"
-                 else "{results: [{index, relevance_score}]}")
-        bad = (f"rerank server {self.url} answered with no usable {shape} (postprocess.rerank.api is "
-               f"{self.api}: is that the server's API?)")
+        shape = "[{index, score}]" if self.api == "tei" else "{results: [{index, relevance_score}]}"
+        bad = (f"rerank server {self.url} did not answer with {shape}: is postprocess.rerank.api "
+               f"({self.api}) the server's API?")
         try:
             data = json.loads(payload)
             items = data if self.api == "tei" else data["results"]
