@@ -220,6 +220,11 @@ class Rerank(_Strict):
                                        "dense or dense:NAME")
         return self
 
+    @property
+    def dense_retriever(self) -> str:
+        """Backend dense: the store's dense retriever whose model scores (``model``, default ``dense``)."""
+        return self.model or "dense"
+
 
 class Postprocess(_Strict):
     dedup: Dedup = Field(default_factory=Dedup)

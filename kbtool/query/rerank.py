@@ -113,7 +113,7 @@ def identity(settings) -> str:
         return f"cross-encoder:{settings.model}"
     if settings.backend == "http":
         return f"http:{settings.api}:{endpoint(settings)}#{settings.model or ''}"
-    return settings.model or "dense"
+    return settings.dense_retriever
 
 
 # ---- backends -------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def load(store, settings) -> Reranker:
         return HttpReranker(endpoint(settings), settings.api, settings.model, settings.api_key_env,
                             settings.timeout_s, settings.retries)
     if settings.backend == "dense":
-        return DenseReranker(store, settings.model or "dense")
+        return DenseReranker(store, settings.dense_retriever)
     raise ContractError(f"postprocess.rerank.backend: {settings.backend!r} has no reranker")
 
 
@@ -146,12 +146,14 @@ class CrossEncoderReranker:
         if not (path / "config.json").is_file():
             raise ModelError(f"postprocess.rerank.model: {folder} is not a local model folder (no config.json): "
                              "give the folder of a sentence-transformers CrossEncoder (models are not downloaded)")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from .._env import setup_offline_env
+
+        setup_offline_env()
         try:
             from sentence_transformers import CrossEncoder
 
-            self.model = CrossEncoder(str(path), local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
+            self.model = CrossEncoder(str(path), device="cpu", local_files_only=True)
+        except Exception as exc:  # noqa: BLE001 (torch, transformers, safetensors: each its own types)
             raise ModelError(f"postprocess.rerank.model: cannot load the cross-encoder in {folder} "
                              f"({' '.join(str(exc).split())[:200]})") from None
         self._lock = threading.Lock()  # one model, possibly many query threads
