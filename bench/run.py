@@ -3,6 +3,7 @@ against exact search, warm and cold query latency, retrieval quality.
 
     make bench            # or: .venv/bin/python bench/run.py [--dataset DIR]
     .venv/bin/python bench/run.py --only large-files   # parse time and peak RSS of big files alone
+    .venv/bin/python bench/run.py --only rerank        # rerank stage latency per backend, sample corpus
 
 Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
 """
@@ -204,22 +205,164 @@ def large_files_markdown(r: dict) -> list[str]:
     ]
 
 
+# ---- rerank (postprocess.rerank) ------------------------------------------------------------
+class _OverlapServer:
+    """A scripted TEI-shaped rerank server on localhost: scores a text by the question words it holds."""
+
+    def __enter__(self):
+        import re
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        def words(t):
+            return set(re.findall(r"\w+", t.lower()))
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                q = words(body["query"])
+                out = json.dumps([{"index": i, "score": float(len(q & words(t)))}
+                                  for i, t in enumerate(body["texts"])]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def tiny_cross_encoder(folder: Path) -> Path:
+    """The test suite's tiny cross-encoder (tests/test_rerank.py): a seeded 1-layer, 32-wide BERT with
+    one label and the bundled MiniLM's tokenizer. Random weights: a latency fixture, not a reranker."""
+    if (folder / "config.json").exists():
+        return folder
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from kbtool.embed import DEFAULT_MODEL, resolve_model_path
+
+    src = resolve_model_path(DEFAULT_MODEL)
+    vocab = sum(1 for _ in (src / "vocab.txt").open(encoding="utf-8"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512, num_labels=1, initializer_range=0.5)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, folder / name)
+    return folder
+
+
+def rerank_bench(results: dict) -> dict:
+    """Latency of the rerank stage (top_n 20) per query on the sample corpus, per backend: the
+    stage's own time inside ``pipeline.answer`` (trace ``rerank.ms``: rows, texts, scoring), with
+    an empty rerank cache for every query; candidates gathered once beforehand. Each backend is
+    loaded and warmed on one query before timing."""
+    from kbtool.contract import load_contract
+    from kbtool.embed import load_embedder
+    from kbtool.evaluation.questions import load_questions
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.query.pipeline import answer, gather, scope
+    from kbtool.store import Store
+
+    out_dir = HERE / "out"
+    out_dir.mkdir(exist_ok=True)
+    store_dir = out_dir / "sample-kb"
+    if not (store_dir / "manifest.json").exists():
+        shutil.rmtree(store_dir, ignore_errors=True)
+        ingest(Store.open(store_dir, create=True), [ROOT / "sample_corpus"], embedder=load_embedder())
+    store = Store.open(store_dir)
+    questions = [q.question for q in load_questions(ROOT / "eval_sets" / "sample.jsonl").questions]
+    base = load_contract(None, [], search=False)
+    cands = gather(store, base, questions, sc=scope(store, base))
+    ce = tiny_cross_encoder(out_dir / "tiny-cross-encoder")
+    r: dict = {"questions": len(questions), "top_n": 20, "corpus": "sample_corpus", "backends": {}}
+    with _OverlapServer() as server:
+        backends = {
+            "http (scripted TEI server on localhost)": [f"postprocess.rerank.url={server.url}"],
+            "cross-encoder (tiny 1-layer test model)": [f"postprocess.rerank.model={ce}"],
+            "dense (the store's all-MiniLM-L6-v2)": ["postprocess.rerank.model=dense"],
+        }
+        backends["cross-encoder (tiny 1-layer test model), torch 1 thread"] = backends[
+            "cross-encoder (tiny 1-layer test model)"]
+        for name, extra in backends.items():
+            kind = name.split()[0]
+            threads = None
+            if name.endswith("1 thread"):
+                import torch
+
+                threads = torch.get_num_threads()
+                torch.set_num_threads(1)
+            contract = load_contract(None, [f"postprocess.rerank.backend={kind}", "postprocess.rerank.top_n=20",
+                                            *extra], search=False)
+            t = time.perf_counter()
+            answer(store, contract, cands[0], sc=scope(store, contract))  # load and warm
+            load_s = time.perf_counter() - t
+            times = []
+            for c in cands:
+                c.rerank_cache.clear()
+                a = answer(store, contract, c, sc=scope(store, contract))
+                times.append(a.trace["rerank"]["ms"])
+            r["backends"][name] = {"p50_ms": round(float(np.median(times)), 1),
+                                   "p95_ms": round(float(np.percentile(times, 95)), 1),
+                                   "first_query_s": round(load_s, 2)}
+            print(f"bench: rerank {name}: {r['backends'][name]}", file=sys.stderr)
+            if threads is not None:
+                torch.set_num_threads(threads)
+    r["load_average_1m_after"] = round(__import__("os").getloadavg()[0], 2)  # the machine is shared: torch threads wait
+    results["rerank"] = r
+    return r
+
+
+def rerank_markdown(r: dict) -> list[str]:
+    if not r:
+        return []
+    return [
+        "",
+        f"Rerank stage (`bench/run.py --only rerank`; `postprocess.rerank.top_n` {r['top_n']}, the "
+        f"{r['questions']} questions of eval_sets/sample.jsonl on {r['corpus']}; the stage's own time inside "
+        "`pipeline.answer`, no cache; the first query loads the backend):",
+        "",
+        "| backend | p50 | p95 | first query (load) |",
+        "| --- | --- | --- | --- |",
+        *[f"| {name} | {v['p50_ms']} ms | {v['p95_ms']} ms | {v['first_query_s']} s |"
+          for name, v in r["backends"].items()],
+        "",
+        f"Load average after the run: {r.get('load_average_1m_after')} on {machine()} (torch's two threads "
+        "slow down badly when other processes hold the cores). The tiny cross-encoder has random weights (a test "
+        "fixture): its time is a floor; a real MS MARCO MiniLM-L6 cross-encoder (6 layers, 384 wide) costs far "
+        "more per pair on this CPU.",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["large-files", "rerank"], help="run one part alone, merged into the results")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.parse_worker:
         parse_worker(args.parse_worker, args.before)
         return
-    if args.only == "large-files":
+    if args.only:
+        part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
-        large_files(results)
+        part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
         write_markdown(results)
-        print(json.dumps(results["large_files"], indent=2))
+        print(json.dumps(results[key], indent=2))
         return
     dataset = Path(args.dataset)
     if not (dataset / "corpus.jsonl").exists():
@@ -356,6 +499,7 @@ def main() -> None:
     results["help_cli_s"] = round(float(np.median(times)), 2)
     results["query_cold_imports_ms"] = import_costs(kbtool, queries[0], store_dir)
     large_files(results)
+    rerank_bench(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
@@ -416,6 +560,7 @@ def write_markdown(r: dict) -> None:
         "| --- | --- | --- | --- |",
         *[f"| {m} | {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" for m, v in r["eval"].items()],
         *large_files_markdown(r.get("large_files", {})),
+        *rerank_markdown(r.get("rerank", {})),
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
 

@@ -209,8 +209,75 @@ class Dedup(_Strict):
         0.9, gt=0, le=1, description="drop a hit when this share of its word 3-grams is in a better hit")
 
 
+class _FieldError(ValueError):
+    """A cross-field check's failure that belongs to one field: ``format_error`` names
+    ``postprocess.rerank.model``, not ``postprocess.rerank``."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+RERANK_KEY_ENV = "KBTOOL_RERANK_API_KEY"
+
+
+class Rerank(_Strict):
+    """Re-order the top of the fused list with a second scorer (kbtool.query.rerank)."""
+
+    backend: Literal["none", "cross-encoder", "http", "dense"] = Field(
+        "none", description="none (off); cross-encoder (a local sentence-transformers CrossEncoder folder, "
+                            "runs on this machine); http (a rerank server: text-embeddings-inference, Cohere, "
+                            "Jina); dense (the cosine of another embedding model of the store)")
+    model: Optional[str] = Field(
+        None, description="cross-encoder: the model folder (required); http: the model name sent (optional); "
+                          "dense: the store's dense retriever, dense or dense:NAME [default: dense]")
+    url: Optional[str] = Field(
+        None, description="http: the server's base URL; kbtool POSTs to URL/rerank (tei) or URL/v1/rerank "
+                          "(cohere), or to URL itself when it ends in /rerank")
+    api: Literal["tei", "cohere"] = Field(
+        "tei", description="http request shape: tei ({query, texts} -> [{index, score}]) or cohere "
+                           "(Cohere, Jina: {model, query, documents, top_n} -> {results: [{index, relevance_score}]})")
+    api_key_env: str = Field(
+        RERANK_KEY_ENV, description="http: environment variable holding a bearer key, sent only when it is set")
+    top_n: int = Field(20, gt=0, le=1000, description="fused candidates reranked; the rest follow below them unchanged")
+    weight: float = Field(
+        1.0, ge=0, le=1, description="final = weight * minmax(rerank score) + (1 - weight) * minmax(fused score) "
+                                     "over the reranked top_n; 1.0: the rerank order alone")
+    timeout_s: float = Field(10.0, gt=0, le=600, description="http: seconds per request")
+    retries: int = Field(2, ge=0, le=10, description="http: retries on connection errors, timeouts, 429 and 5xx (backoff doubles)")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"{v!r} is not an environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _backend_needs(self):
+        if self.backend == "cross-encoder" and not (self.model or "").strip():
+            raise _FieldError("model", "required for backend cross-encoder: the folder of a sentence-transformers "
+                                       "CrossEncoder model")
+        if self.backend == "http":
+            if not (self.url or "").strip():
+                raise _FieldError("url", "required for backend http: the rerank server, e.g. http://localhost:8080")
+            if not re.match(r"https?://[^/\s]+", self.url):
+                raise _FieldError("url", f"{self.url!r} is not an http:// or https:// URL")
+        if self.backend == "dense" and self.model is not None and not re.fullmatch(r"dense(:\S+)?", self.model):
+            raise _FieldError("model", f"{self.model!r}: for backend dense, name a dense retriever of the store: "
+                                       "dense or dense:NAME")
+        return self
+
+    @property
+    def dense_retriever(self) -> str:
+        """Backend dense: the store's dense retriever whose model scores (``model``, default ``dense``)."""
+        return self.model or "dense"
+
+
 class Postprocess(_Strict):
     dedup: Dedup = Field(default_factory=Dedup)
+    rerank: Rerank = Field(default_factory=Rerank,
+                           description="rerank the fused top_n before dedup; measure with `kbtool eval` first")
 
 
 class Context(_Strict):
@@ -512,6 +579,9 @@ def format_error(error: dict) -> str:
     """'retrieve.top_k: must be greater than 0' from a pydantic error."""
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
     msg = error["msg"]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _FieldError):
+        path, msg = f"{path}.{cause.field}", cause.message
     msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
     msg = msg.replace("Input should be", "must be").replace("Extra inputs are not permitted",
                                                             "unknown key (check the spelling)")

@@ -111,37 +111,9 @@ class HttpEmbedder:
             key = os.environ.get("OPENAI_API_KEY")
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        last, wait = "", 0.0
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(max(wait, self.backoff * 2 ** (attempt - 1)))
-            wait = 0.0
-            req = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeouts[kind]) as resp:
-                    payload = resp.read()
-                break
-            except urllib.error.HTTPError as exc:
-                detail = _error_text(exc)
-                last = f"HTTP {exc.code}{': ' + detail if detail else ''}"
-                if exc.code not in RETRY_STATUS:
-                    hint = " (set $KBTOOL_EMBED_API_KEY)" if exc.code in (401, 403) else ""
-                    raise ModelError(f"embedding server {self.endpoint} refused the request: {last}{hint}") from None
-                try:
-                    wait = min(30.0, float(exc.headers.get("Retry-After") or 0))
-                except (TypeError, ValueError):
-                    wait = 0.0
-            except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError,
-                    http.client.HTTPException, ValueError) as exc:
-                reason = getattr(exc, "reason", exc)
-                last = ("timed out" if isinstance(reason, (socket.timeout, TimeoutError))
-                        else f"{type(reason).__name__}: {reason}" if not str(reason) or isinstance(exc, http.client.HTTPException)
-                        else str(reason))
-        else:
-            raise ModelError(
-                f"embedding server {self.endpoint} did not answer ({last}) after {self.retries + 1} tries: "
-                "start it, or give the model as the right openai:http://HOST:PORT/v1#NAME (CLI: --model)"
-            )
+        payload = post_json(self.endpoint, body, headers, timeout=self.timeouts[kind], retries=self.retries,
+                            backoff=self.backoff, server="embedding server", key_hint="$KBTOOL_EMBED_API_KEY",
+                            fix="start it, or give the model as the right openai:http://HOST:PORT/v1#NAME (CLI: --model)")
         return self._vectors(payload, len(texts))
 
     def _vectors(self, payload: bytes, n: int) -> np.ndarray:
@@ -161,6 +133,41 @@ class HttpEmbedder:
                              f"earlier {self._dim}-d: it is serving another model")
         self._dim = int(vecs.shape[1])
         return vecs
+
+
+def post_json(url: str, body: bytes, headers: dict, *, timeout: float, retries: int, backoff: float,
+              server: str, key_hint: str, fix: str) -> bytes:
+    """POST ``body`` and return the response bytes. Retries with exponential backoff (``backoff``
+    seconds, doubling; ``Retry-After`` honoured up to 30 s) on connection errors, timeouts, 429 and
+    5xx; any other HTTP status is a ModelError at once (``key_hint`` added on 401/403). After the
+    last try: ModelError naming ``server``, the URL, the last failure and ``fix``. Shared by the
+    embedding endpoint and the rerank server (kbtool.query.rerank)."""
+    last, wait = "", 0.0
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(max(wait, backoff * 2 ** (attempt - 1)))
+        wait = 0.0
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = _error_text(exc)
+            last = f"HTTP {exc.code}{': ' + detail if detail else ''}"
+            if exc.code not in RETRY_STATUS:
+                hint = f" (set {key_hint})" if exc.code in (401, 403) else ""
+                raise ModelError(f"{server} {url} refused the request: {last}{hint}") from None
+            try:
+                wait = min(30.0, float(exc.headers.get("Retry-After") or 0))
+            except (TypeError, ValueError):
+                wait = 0.0
+        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError,
+                http.client.HTTPException, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            last = ("timed out" if isinstance(reason, (socket.timeout, TimeoutError))
+                    else f"{type(reason).__name__}: {reason}" if not str(reason) or isinstance(exc, http.client.HTTPException)
+                    else str(reason))
+    raise ModelError(f"{server} {url} did not answer ({last}) after {retries + 1} tries: {fix}")
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

@@ -38,7 +38,7 @@ class Candidates:
     # distinct query term -> (IDF over the permitted chunks, some permitted chunk holds it)
     term_weights: dict[str, tuple[float, bool]] | None = None  # None: no BM25 index to weigh them
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
-    rerank_cache: dict = field(default_factory=dict, repr=False)  # (question, chunk id) -> rerank score
+    rerank_cache: dict = field(default_factory=dict, repr=False)  # (reranker, question, chunk id) -> score (query.rerank)
 
     def score(self, retriever: str) -> np.ndarray:
         """Retriever's scores over ``ids`` (all NaN when it was not run)."""

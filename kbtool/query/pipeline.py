@@ -50,6 +50,7 @@ class Hit:
     bm25_rank: int | None = None
     # further dense retrievers (dense:NAME) -> cosine, for the retrievers the question ran
     retriever_scores: dict | None = None
+    rerank_score: float | None = None  # postprocess.rerank's score of this hit (None: not reranked)
     line_start: int | None = None
     line_end: int | None = None
     anchor: str | None = None
@@ -307,6 +308,14 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     else:
         fused = fuse([cands.ids[i] for i in pool], {r: a[pool] for r, a in cands.scores.items()}, weights,
                      method=method, normalization=fusion.normalization, rrf_k=fusion.rrf_k)
+    reranked: dict = {}
+    if contract.postprocess.rerank.backend != "none":  # reorder the fused top_n (query.rerank)
+        from . import rerank
+
+        fused, reranked = rerank.apply(
+            store, contract.postprocess.rerank, p.text, fused,
+            lambda ids: rows if rows is not None and all(c in rows for c in ids) else store.chunks_by_id(ids),
+            cands.rerank_cache)
     asked = top_k or contract.retrieve.top_k
     top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
@@ -337,6 +346,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             bm25_score=None if raw is None else round(raw, 6),
             bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
             retriever_scores={r: round(v, 6) for r, v in others.items()} or None,
+            rerank_score=reranked.get("scores", {}).get(cid),
             line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
         ))
         hits[-1].citation = citation(hits[-1], contract.context.base_url)
@@ -366,7 +376,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         "candidates": {r: _top_list(cands, r) for r in ("dense", "bm25", *extra) if r in cands.ranks or r in ("dense", "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
-        "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2)},
+        **({"rerank": reranked} if reranked else {}),
+        "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
+                       **({"rerank_ms": reranked["ms"]} if reranked else {})},
     }
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
