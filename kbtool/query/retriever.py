@@ -23,7 +23,7 @@ from ..errors import UsageError
 
 MODE_HELP = (f"contract (the contract's fusion and rules), dense, bm25, dense:NAME (a model added to the store), "
              f"hybrid (RRF k={RRF_K} of dense and bm25), rrf:K, rrf:R1+R2+... (RRF of these retrievers), "
-             "weighted:W (normalised fusion, dense weight W) or weighted:R1=W1,R2=W2,...")
+             "weighted:W (normalised fusion, dense weight W) or weighted:R1=W1+R2=W2+...")
 
 
 _EQUAL = {"dense": 0.5, "bm25": 0.5}
@@ -45,7 +45,7 @@ def parse_mode(mode: str) -> dict | None:
                 return {"method": "rrf", "rrf_k": RRF_K, "weights": _only({p: 1.0 / len(parts) for p in parts}),
                         "rules": []}
         if name == "weighted" and "=" in arg:
-            pairs = dict(p.split("=", 1) for p in arg.split(","))
+            pairs = dict(p.split("=", 1) for p in arg.split("+"))
             ws = {k.strip(): float(v) for k, v in pairs.items()}
             if all(RETRIEVER.match(k) and 0.0 <= w <= 1.0 for k, w in ws.items()) and sum(ws.values()) > 0:
                 return {"method": "weighted", "weights": _only(ws), "rules": []}
