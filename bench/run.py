@@ -4,6 +4,7 @@ against exact search, warm and cold query latency, retrieval quality.
     make bench            # or: .venv/bin/python bench/run.py [--dataset DIR]
     .venv/bin/python bench/run.py --only large-files   # parse time and peak RSS of big files alone
     .venv/bin/python bench/run.py --only rerank        # rerank stage latency per backend, sample corpus
+    .venv/bin/python bench/run.py --only models        # one embedding model against two (use-m added)
 
 Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
 """
@@ -346,10 +347,87 @@ def rerank_markdown(r: dict) -> list[str]:
     ]
 
 
+# ---- several models in one store (dense + dense:use-m) ---------------------------------------
+def models_bench(results: dict, runs: int = 3) -> dict:
+    """One model against two on the sample corpus: ingest wall time of a fresh store (CLI, one
+    process each), warm query latency per question through ``retrieve`` (Chinese questions run
+    dense:use-m too, English ones do not), and a cold ``kbtool query`` process for an English and a
+    Chinese question (median of ``runs``)."""
+    import statistics
+    import subprocess
+
+    from kbtool.contract import default_contract
+    from kbtool.evaluation.questions import load_questions
+    from kbtool.query.pipeline import retrieve
+    from kbtool.store import Store
+    from kbtool.store.analyzer import CJK
+
+    kbtool = [sys.executable, "-m", "kbtool"]
+    out_dir = HERE / "out"
+    out_dir.mkdir(exist_ok=True)
+    r: dict = {"corpus": "sample_corpus", "machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+               "ingest_s": {}, "query_ms": {}, "cold_query_s": {}}
+    stores = {"one model": (out_dir / "models-1-kb", []), "two models": (out_dir / "models-2-kb", ["--add-model", "use-m"])}
+    for name, (path, extra) in stores.items():
+        times = []
+        for _ in range(2):
+            shutil.rmtree(path, ignore_errors=True)
+            t = time.perf_counter()
+            subprocess.run([*kbtool, "ingest", str(ROOT / "sample_corpus"), "--store", str(path), "-q", *extra],
+                           check=True, cwd=ROOT)
+            times.append(time.perf_counter() - t)
+        r["ingest_s"][name] = round(min(times), 2)
+        print(f"bench: models ingest {name}: {times}", file=sys.stderr)
+    questions = [q.question for q in load_questions(ROOT / "eval_sets" / "sample.jsonl").questions]
+    contract = default_contract()
+    for name, (path, _) in stores.items():
+        store = Store.open(path)
+        retrieve(store, contract, questions[:2] + [q for q in questions if CJK.search(q)][:1])  # load the models
+        per = {"en": [], "zh": []}
+        for q in questions:
+            t = time.perf_counter()
+            retrieve(store, contract, q)
+            per["zh" if CJK.search(q) else "en"].append((time.perf_counter() - t) * 1000)
+        r["query_ms"][name] = {lang: {"n": len(v), "p50": round(statistics.median(v), 1),
+                                      "p95": round(sorted(v)[int(0.95 * (len(v) - 1))], 1)} for lang, v in per.items()}
+    ask = {"en": "What causes error TW-E5120 and how do I fix it?", "zh": "两个人同时改了同一个文件会怎样？"}
+    for name, (path, _) in stores.items():
+        r["cold_query_s"][name] = {}
+        for lang, q in ask.items():
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                subprocess.run([*kbtool, "query", q, "--store", str(path)], check=True, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                times.append(time.perf_counter() - t)
+            r["cold_query_s"][name][lang] = round(statistics.median(times), 2)
+    r["load_average_1m_after"] = round(__import__("os").getloadavg()[0], 2)
+    results["models"] = r
+    return r
+
+
+def models_markdown(r: dict) -> list[str]:
+    if not r:
+        return []
+    q = r["query_ms"]
+    return [
+        "",
+        f"One embedding model against two (`bench/run.py --only models`; {r['corpus']}, {r['date']}, "
+        f"load average {r.get('load_average_1m_after')} after the run): the second model is `use-m` "
+        "(`ingest --add-model use-m`); Chinese questions run it, English ones do not.",
+        "",
+        "| store | ingest (fresh) | warm query p50 / p95, English | warm query p50 / p95, Chinese | cold `kbtool query`, English / Chinese |",
+        "| --- | --- | --- | --- | --- |",
+        *[f"| {name} | {r['ingest_s'][name]} s | {q[name]['en']['p50']} / {q[name]['en']['p95']} ms | "
+          f"{q[name]['zh']['p50']} / {q[name]['zh']['p95']} ms | {r['cold_query_s'][name]['en']} / "
+          f"{r['cold_query_s'][name]['zh']} s |" for name in r["ingest_s"]],
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files", "rerank"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["large-files", "rerank", "models"], help="run one part alone, merged into the results")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -357,7 +435,8 @@ def main() -> None:
         parse_worker(args.parse_worker, args.before)
         return
     if args.only:
-        part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank")}[args.only]
+        part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
+                     "models": (models_bench, "models")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
         part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -500,6 +579,7 @@ def main() -> None:
     results["query_cold_imports_ms"] = import_costs(kbtool, queries[0], store_dir)
     large_files(results)
     rerank_bench(results)
+    models_bench(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
@@ -561,6 +641,7 @@ def write_markdown(r: dict) -> None:
         *[f"| {m} | {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" for m, v in r["eval"].items()],
         *large_files_markdown(r.get("large_files", {})),
         *rerank_markdown(r.get("rerank", {})),
+        *models_markdown(r.get("models", {})),
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
 

@@ -172,11 +172,14 @@ def _default_rules() -> list[Rule]:
     return [
         # Error codes, versions, API paths, config keys: BM25 matches them exactly, the model does not.
         Rule(when="identifier", weights=Weights(dense=0.3, bm25=0.7)),
-        # A CJK question on a model not declared multilingual: its vectors carry little meaning
-        # (dense 0.1 / bm25 0.9). With the bundled multilingual model added (`kbtool index
-        # --add-model use-m`) that model leads: 0.7 of the weight, chosen on the sample set's
-        # Chinese questions (eval_sets/sample.jsonl, tag zh; `kbtool calibrate` tunes it for yours).
-        Rule(when="cjk", weights=Weights(**{"dense": 0.03, "bm25": 0.27, "dense:use-m": 0.7})),
+        # With the bundled multilingual model added (`kbtool index --add-model use-m`) it leads a
+        # CJK question: 0.7 of the weight (MiniLM's vectors of Chinese text are noise that even
+        # 0.03 of the weight lets in: zh nDCG@10 0.667 against 0.715 without; chosen on the sample
+        # set's Chinese questions, eval_sets/sample.jsonl tag zh; `kbtool calibrate` tunes it for
+        # yours). A rule weighing a bundled retriever the store lacks is skipped: the next applies.
+        Rule(when="cjk", weights=Weights(**{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7})),
+        # A CJK question on a model not declared multilingual: the vectors carry little meaning.
+        Rule(when="cjk", weights=Weights(dense=0.1, bm25=0.9)),
     ]
 
 
@@ -426,19 +429,24 @@ class Contract(_Strict):
     calibration: Optional[dict[str, Any]] = Field(
         None, description="written by `kbtool calibrate --write`: what this contract was calibrated on, and the result")
 
-    def rule_for(self, types: set[str]):
+    def rule_for(self, types: set[str], available=None):
         """The first rule of ``retrieve.rules`` that applies to a question of these detected types
-        (a ``cjk`` rule is skipped for a multilingual model), or None: ``retrieve.fusion.weights``."""
+        (a ``cjk`` rule is skipped for a multilingual model; with ``available``, the retrievers of the
+        store, a rule weighing a bundled retriever it lacks is skipped), or None: ``retrieve.fusion.weights``."""
         for rule in self.retrieve.rules:
             if rule.when == "cjk" and self.retrieve.model_multilingual:
+                continue
+            if available is not None and any(w > 0 and r in BUNDLED_RETRIEVERS and r not in available
+                                             for r, w in rule.weights.as_dict().items()):
                 continue
             if rule.when in types:
                 return rule
         return None
 
     def weights_for(self, types: set[str]) -> tuple[float, float]:
-        """(dense, bm25) weights, summing to 1, for a question of these detected types."""
-        rule = self.rule_for(types)
+        """(dense, bm25) weights, summing to 1, for a question of these detected types on a store of
+        these two retrievers."""
+        rule = self.rule_for(types, ("dense", "bm25"))
         return (rule or self.retrieve.fusion).weights.normalised()
 
     def retriever_weights(self, types: set[str], available) -> dict[str, float]:
@@ -451,7 +459,7 @@ class Contract(_Strict):
                 raise ContractError(f"retrieve.fusion.method: the store has no retriever {method} (it has "
                                     f"{', '.join(available)})")
             return {method: 1.0}
-        rule = self.rule_for(types)
+        rule = self.rule_for(types, available)
         if rule is None:
             return self.retrieve.fusion.weights.over(available)
         return rule.weights.over(available, f"retrieve.rules[{self.retrieve.rules.index(rule)}].weights")
