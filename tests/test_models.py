@@ -246,3 +246,29 @@ def test_ingest_suggests_the_multilingual_model_once(tmp_path, embedder):
     write(tmp_path / "d" / "zh" / "c.md", "# 账单\n\n发票每月初发送。\n")
     r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", kb])
     assert r.exit_code == 0 and "--add-model" not in r.stderr  # said once
+
+
+def test_a_restricted_caller_sees_through_an_added_model_exactly_what_a_store_without_the_hidden_pages_gives(
+        tmp_path, embedder):
+    """Access applies inside every dense retriever: a restricted caller's answer on a store with
+    hidden Chinese pages equals, hits, scores and signals alike, the answer of a store that never
+    held them — through dense:use-m too."""
+    from .conftest import public_and_restricted_store
+
+    public = {"zh-sync.md": FILES["zh/sync.md"], "en-sync.md": FILES["sync.md"]}
+    hidden = {"zh-quota.md": FILES["zh/quota.md"], "zh-secret.md": "# 内部\n\n同时修改同一个文件的内部处理流程。\n"}
+    both = public_and_restricted_store(tmp_path / "both", public, hidden, {"access": "staff"}, embedder)
+    both.add_model("use-m")
+    from kbtool.index import index
+
+    index(both, embedder=embedder)
+    alone = _store(tmp_path / "alone", embedder, files={f"public/{k}": v for k, v in public.items()})
+    for q in ("两个人同时改了同一个文件会怎样？", "存储配额已满怎么办"):
+        for mode in ("contract", "dense:use-m", "rrf:bm25+dense:use-m"):
+            c = contract_for_mode(default_contract(), mode)
+            a = retrieve(both, c, q, embedder=embedder, allow=["public"])
+            b = retrieve(alone, c, q, embedder=embedder)
+            assert [h.doc_id.split("/")[-1] for h in a.hits] == [h.doc_id.split("/")[-1] for h in b.hits], (q, mode)
+            assert [h.score for h in a.hits] == pytest.approx([h.score for h in b.hits]), (q, mode)
+            assert a.signals == pytest.approx(b.signals), (q, mode)
+            assert a.decision == b.decision
