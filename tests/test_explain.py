@@ -234,3 +234,10 @@ def test_contract_source_reports_the_calibration_date(tmp_path):
     path = write(tmp_path / "cal.yaml", text)
     assert contract_source(path) == {"path": str(path), "version": 1, "calibrated": "2026-11-30"}
     assert contract_source(None, default_contract())["path"] in (None, "kbtool.yaml")
+
+
+def test_chinese_question_words_are_never_named_as_missing():
+    """'怎样' (how), '为什么' (why) phrase a question; a knowledge base without them misses nothing."""
+    from kbtool.query.decide import PHRASING
+
+    assert {"怎样", "怎么", "如何", "什么", "为什么", "哪些", "多少", "是否"} <= PHRASING

@@ -52,11 +52,13 @@ def decide(top_confidence: float | None, thresholds) -> str:
     return "answer"
 
 
-# Words a question is phrased with, never its subject: a knowledge base without "how" misses nothing.
+# Words a question is phrased with, never its subject: a knowledge base without "how" (or "怎样")
+# misses nothing.
 # (The BM25 stopword list is bm25s' 33 words, which keeps these.)
 PHRASING = frozenset("""how what why when where which who whom whose can could should would does did
 you your yours our ours we us me my mine has have had may might must shall will please tell explain
-mean means meaning anyone someone something anything there here about does doing done get got""".split())
+mean means meaning anyone someone something anything there here about does doing done get got
+怎样 怎么样 怎么 如何 什么 为什么 哪些 哪个 哪里 哪儿 多少 能否 是否 可以 请问 一下 的话""".split())
 
 
 def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) -> list[str]:
