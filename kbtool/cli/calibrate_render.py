@@ -22,7 +22,7 @@ def render(result, console) -> None:
     verdict = "adopted" if result.adopted else "kept the current fusion"
     console.print(f"fusion: {verdict} (gain {h['gain']:+.4f}, p = {h['p_value']:.3f}): {p['method']}"
                   + (f"/{p['normalization']}" if p["method"] == "weighted" else f" k={p['rrf_k']}")
-                  + f", dense {p['weights']['dense']}" + "".join(f"; {g} dense {w}" for g, w in p["group_weights"].items()),
+                  + f", {_weights(p['weights'])}" + "".join(f"; {g}: {_weights(w)}" for g, w in p["group_weights"].items()),
                   highlight=False)
     a = result.answerability or {}
     if a.get("fitted"):
@@ -56,6 +56,13 @@ def render(result, console) -> None:
         console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+
+
+def _weights(w) -> str:
+    """'dense 0.2, bm25 0.4, dense:use-m 0.4' (a bare number: the dense weight beside bm25)."""
+    if not isinstance(w, dict):
+        return f"dense {w}"
+    return ", ".join(f"{name} {v:g}" for name, v in w.items())
 
 
 def _f(x) -> str:
