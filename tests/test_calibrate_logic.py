@@ -290,7 +290,7 @@ def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_ret
     base = ["--store", str(store.path)]
     r = runner.invoke(app, ["calibrate", str(path), *base, "--min-count", "3", "--folds", "3", "--out", "cal"])
     assert r.exit_code == 0, r.output
-    assert "cjk: dense " in r.stdout and "dense:use-m" in r.stdout
+    assert "cjk: dense " in r.stdout and "dense:use-m" in r.stdout and "dense:use-m alone" in r.stdout
     assert (tmp_path / "cal" / "calibration.png").stat().st_size > 10_000
     r = runner.invoke(app, ["calibrate", str(path), *base, "--min-count", "3", "--folds", "3", "--write", "--json", "-q"])
     assert r.exit_code == 0, r.output
@@ -300,5 +300,7 @@ def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_ret
     cjk = next(rule for rule in written.retrieve.rules if rule.when == "cjk")
     assert cjk.weights.as_dict() == data["proposed"]["group_weights"]["cjk"]
     assert "# your version of this contract" in (tmp_path / "kbtool.yaml").read_text()  # comments kept
-    r = runner.invoke(app, ["eval", str(path), *base, "-q", "--fail-under-recorded", "0"])
+    r = runner.invoke(app, ["eval", str(path), *base, "-q", "--fail-under-recorded", "0", "--out", "ev"])
     assert r.exit_code == 0, r.output
+    html = (tmp_path / "ev" / "report.html").read_text()
+    assert "best single (dense:use-m)" in html and "dense:use-m alone" in html

@@ -17,6 +17,8 @@ def render(result, console) -> None:
     t.add_row("chosen by cross-validation", f"{h['chosen']:.4f}")
     t.add_row("current contract", f"{h['current']:.4f}")
     t.add_row(f"best single retriever ({h['best_single_name']})", f"{h['best_single']:.4f}")
+    for name in _retrievers(h):
+        t.add_row(f"  {name} alone", f"{h[name]:.4f}")
     console.print(t)
     p = result.proposed
     verdict = "adopted" if result.adopted else "kept the current fusion"
@@ -56,6 +58,13 @@ def render(result, console) -> None:
         console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+
+
+def _retrievers(heldout: dict) -> list[str]:
+    """The retrievers scored alone: heldout keys named as retrievers (dense, bm25, dense:NAME)."""
+    from ..contract import RETRIEVER
+
+    return [k for k in heldout if RETRIEVER.match(k)]
 
 
 def _weights(w) -> str:
