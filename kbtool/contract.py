@@ -669,8 +669,9 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
         # Weights are retriever -> weight over the store's retrievers: those set, any other a
         # weight names (a bundled model the store lacks) left as written.
         shared = _retriever_weights(p["weights"])
-        for name, w in shared.items():
-            _put(data, ["retrieve", "fusion", "weights", name], w)
+        if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
+            for name, w in shared.items():
+                _put(data, ["retrieve", "fusion", "weights", name], w)
         retrieve = data["retrieve"]
         if retrieve.get("rules") is None:
             retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
@@ -682,7 +683,7 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
                 continue  # "other" questions use fusion.weights
             if not matching:
                 rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
-            for rule in matching:
+            for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
                 for name, w in ws.items():
                     _put(rule, ["weights", name], round(w, 4))
     model = getattr(result, "model", None)
@@ -722,6 +723,20 @@ def _retriever_weights(w) -> dict[str, float]:
     if isinstance(w, dict):
         return dict(w)
     return {"dense": round(w, 4), "bm25": round(1 - w, 4)}
+
+
+def _fuses_as(written, weights: dict[str, float]) -> bool:
+    """Whether weights as written (a mapping, or None) already fuse as ``weights`` (retriever ->
+    weight over the store's retrievers, rounded to 4 places): a rule kept as written (a type with
+    too few questions) or already at the proposal is left alone, whatever it gives the others."""
+    if not hasattr(written, "get"):
+        return False
+    try:
+        mine = {name: float(written.get(name, 0.0)) for name in weights}
+    except (TypeError, ValueError):
+        return False
+    total = sum(mine.values())
+    return total > 0 and all(abs(mine[name] / total - w) <= 5e-5 for name, w in weights.items())
 
 
 def _put(node, path: list[str], value) -> None:

@@ -304,3 +304,27 @@ def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_ret
     assert r.exit_code == 0, r.output
     html = (tmp_path / "ev" / "report.html").read_text()
     assert "best single (dense:use-m)" in html and "dense:use-m alone" in html
+
+
+def test_weights_that_already_fuse_as_proposed_are_left_as_written():
+    """A rule kept as written (a type with too few questions) is in the proposal normalised over
+    the store's retrievers; --write leaves it (and any weights already at the proposal) alone."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from kbtool.contract import default_contract, validate_contract
+    from kbtool.evaluation.calibrate import _current_fusion
+
+    contract = default_contract()
+    proposed = {**_current_fusion(contract, ("dense", "bm25", "dense:use-m")), "method": "rrf"}
+    assert proposed["group_weights"]["cjk"] == {"dense": 0.0625, "bm25": 0.5625, "dense:use-m": 0.375}
+    assert proposed["weights"] == {"dense": 0.7, "bm25": 0.3, "dense:use-m": 0.0}
+    proposed["group_weights"]["identifier"] = {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
+    result = SimpleNamespace(adopted=True, proposed=proposed, thresholds=None, appendix={}, model=None)
+    new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
+    rules = {r.when: r.weights.as_dict() for r in new.retrieve.rules}
+    assert rules["cjk"] == {"dense": 0.1, "bm25": 0.9, "dense:use-m": 0.6}
+    assert rules["identifier"] == {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
+    assert new.retrieve.fusion.weights.as_dict() == {"dense": 0.7, "bm25": 0.3}
+    assert new.retrieve.fusion.method == "rrf" and new.contract_version == 2

@@ -12,11 +12,11 @@ Choosing:
   of weights over the store's retrievers (``weight_grid``): with ``dense`` and ``bm25`` alone, a
   dense weight from 0 to 1 in steps of 0.1; with more (``dense:NAME`` models added to the store),
   every point of the simplex in steps of 0.2 (21 points for 3 retrievers, 56 for 4), coarser
-  (0.25, then 0.5) where that would exceed ``MAX_GRID`` points. A question belongs to the group of the rule the pipeline
-  fuses it with (``rule_applied``: the contract's rule order decides a mixed CJK + identifier
-  question). A group (identifier, cjk) with at least ``min_count`` answerable questions gets its
-  own weights (a rule, appended when the contract has none), a smaller one keeps its rule as
-  written, the others share the global weights;
+  (0.25, then 0.5) where that would exceed ``MAX_GRID`` points. A question belongs to the group
+  of the rule the pipeline fuses it with (``rule_applied``: the contract's rule order decides a
+  mixed CJK + identifier question). A group (identifier, cjk) with at least ``min_count``
+  answerable questions gets its own weights (a rule, appended when the contract has none), a
+  smaller one keeps its rule as written, the others share the global weights;
 - seeded k-fold cross-validation: each question is scored by the setting chosen on the other
   folds; the held-out mean is compared with the current contract's and the best single retriever's
   (of every retriever of the store, picked as eval picks it: ``compare.best_single``)
@@ -177,7 +177,7 @@ def _with_rules(contract, groups) -> "object":
     """``contract`` with a rule appended for each of ``groups`` (as calibrated_text appends them)."""
     from ..contract import Rule
 
-    rules = [*contract.retrieve.rules, *(Rule(when=g, weights=_weights(0.5)) for g in groups)]  # weights: any
+    rules = [*contract.retrieve.rules, *(Rule(when=g, weights=_weights(0.5)) for g in groups)]
     return contract.model_copy(update={"retrieve": contract.retrieve.model_copy(update={"rules": rules})})
 
 
