@@ -746,23 +746,26 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
             _put(data, ["retrieve", "fusion", "normalization"], p["normalization"])
         else:
             _put(data, ["retrieve", "fusion", "rrf_k"], p["rrf_k"])
-        shared = {"dense": p["weights"]["dense"], "bm25": p["weights"]["bm25"]}
-        _put(data, ["retrieve", "fusion", "weights", "dense"], shared["dense"])
-        _put(data, ["retrieve", "fusion", "weights", "bm25"], shared["bm25"])
+        # Weights are retriever -> weight over the store's retrievers: those set, any other a
+        # weight names (a bundled model the store lacks) left as written.
+        shared = _retriever_weights(p["weights"])
+        if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
+            for name, w in shared.items():
+                _put(data, ["retrieve", "fusion", "weights", name], w)
         retrieve = data["retrieve"]
         if retrieve.get("rules") is None:
             retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
         rules = retrieve["rules"]
-        wanted = {**p["group_weights"], "other": shared["dense"]}
-        for group, w in wanted.items():
+        wanted = {**{g: _retriever_weights(w) for g, w in p["group_weights"].items()}, "other": shared}
+        for group, ws in wanted.items():
             matching = [r for r in rules if r.get("when") == group]
             if not matching and group == "other":
                 continue  # "other" questions use fusion.weights
             if not matching:
-                rules.append({"when": group, "weights": {"dense": round(w, 4), "bm25": round(1 - w, 4)}})
-            for rule in matching:
-                _put(rule, ["weights", "dense"], round(w, 4))
-                _put(rule, ["weights", "bm25"], round(1 - w, 4))
+                rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
+            for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
+                for name, w in ws.items():
+                    _put(rule, ["weights", name], round(w, 4))
     model = getattr(result, "model", None)
     if model is not None:
         _put(data, ["decide", "model"], model)
@@ -792,6 +795,28 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
     new = out.getvalue()
     validate_contract(yaml_load_plain(new), "the calibrated contract")
     return new
+
+
+def _retriever_weights(w) -> dict[str, float]:
+    """A proposal's weights: retriever -> weight (a bare number, as calibrate wrote it before
+    stores had more than two retrievers: the dense weight beside bm25)."""
+    if isinstance(w, dict):
+        return dict(w)
+    return {"dense": round(w, 4), "bm25": round(1 - w, 4)}
+
+
+def _fuses_as(written, weights: dict[str, float]) -> bool:
+    """Whether weights as written (a mapping, or None) already fuse as ``weights`` (retriever ->
+    weight over the store's retrievers, rounded to 4 places): a rule kept as written (a type with
+    too few questions) or already at the proposal is left alone, whatever it gives the others."""
+    if not hasattr(written, "get"):
+        return False
+    try:
+        mine = {name: float(written.get(name, 0.0)) for name in weights}
+    except (TypeError, ValueError):
+        return False
+    total = sum(mine.values())
+    return total > 0 and all(abs(mine[name] / total - w) <= 5e-5 for name, w in weights.items())
 
 
 def _put(node, path: list[str], value) -> None:

@@ -152,3 +152,53 @@ class FakeEmbedder:
 def fake_embedder():
     """A deterministic fake embedder (see ``FakeEmbedder``): logic tests run in milliseconds."""
     return FakeEmbedder()
+
+
+# English questions every retriever answers, and Chinese paraphrases that share few words with
+# their document: the multilingual model (dense:use-m) finds them, BM25 and the fake embedder
+# often do not.
+THREE_EN = ["the agent stops syncing after a network timeout", "a refund is available within seven days",
+            "storage quota is full and uploads fail", "the proxy replaces the TLS certificate",
+            "two people edited the same file and a conflict copy was kept", "the license key was rejected"]
+THREE_ZH = [("同步冲突", "当两台设备同时修改同一个文件时，系统会保留两个版本，不会丢失任何修改。", "两台电脑改了同一份文档会怎样？"),
+            ("退款政策", "购买后三十天内可以申请全额退款，请联系客服。", "多久之内可以退钱？"),
+            ("存储空间", "账户的存储容量用完以后，新的照片和视频就传不上去了。", "网盘满了怎么办？"),
+            ("密码重置", "忘记登录口令时，点击登录页面下方的链接，按邮件提示设置新口令。", "我不记得密码了"),
+            ("离线使用", "没有网络的时候，已经下载到本机的资料仍然可以打开和编辑。", "断网以后还能看文件吗？"),
+            ("共享文件夹", "邀请同事加入后，大家都能查看和修改这个目录里的内容。", "怎样让团队成员一起编辑？"),
+            ("发票", "每个月的第一天，账单会自动发送到您注册时填写的电子邮箱。", "收据什么时候寄给我？"),
+            ("安装", "运行安装程序，然后选择一个文件夹来存放您的资料。", "怎么把软件装到电脑上？"),
+            ("删除恢复", "误删的资料会在回收站保留三十天，期间可以随时还原。", "不小心删掉的东西能找回来吗？"),
+            ("手机应用", "在应用商店搜索我们的名字，下载后用同一个账号登录即可。", "能在智能手机上用吗？"),
+            ("速度慢", "上传很慢时，请暂停其他下载任务，或者换一个更稳定的无线网络。", "传东西特别卡是什么原因？"),
+            ("两步验证", "开启后，每次在新设备登录都需要输入短信里的六位数字。", "如何让账号更安全？")]
+
+
+@pytest.fixture(scope="session")
+def three_retrievers(tmp_path_factory, fake_embedder):
+    """A small store with three retrievers: dense (the fake embedder), bm25 and dense:use-m (the
+    bundled multilingual model, added as `kbtool index --add-model use-m` adds it), and its
+    questions: (store, QuestionSet, path of the questions file). Read-only for tests."""
+    import json
+
+    from kbtool.evaluation.questions import load_questions
+    from kbtool.index import index
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    base = tmp_path_factory.mktemp("three")
+    lines = []
+    for i, topic in enumerate(THREE_EN):
+        write(base / "docs" / f"en{i}.md", f"# Topic {i}\n\nHere {topic}. Restart the agent and try again.\n")
+        lines.append({"id": f"en{i}", "question": f"why does it say {topic.split(' ', 2)[2]}?", "relevant": [f"en{i}.md"]})
+    for i, (title, body, question) in enumerate(THREE_ZH):
+        write(base / "docs" / f"zh{i}.md", f"# {title}\n\n{body}\n")
+        lines.append({"id": f"zh{i}", "question": question, "relevant": [f"zh{i}.md"]})
+    for i, q in enumerate(["How do I pay with PayPal?", "Is there a dark mode?", "支持苹果手表吗？"]):
+        lines.append({"id": f"u{i}", "question": q, "relevant": []})
+    path = write(base / "q.jsonl", "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in lines))
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder).failed
+    assert store.add_model("use-m") == "dense:use-m"
+    index(store, embedder=fake_embedder)
+    return store, load_questions(path), path

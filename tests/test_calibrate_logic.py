@@ -10,7 +10,10 @@ import pytest
 
 from kbtool.contract import load_contract
 from kbtool.errors import UsageError
-from kbtool.evaluation.calibrate import CONFIGS, WEIGHTS, Search, calibrate, gathered, written_contract
+from kbtool.contract import calibrated_text
+from kbtool.evaluation.calibrate import (CONFIGS, MAX_GRID, WEIGHTS, Search, calibrate, gathered, weight_grid,
+                                         written_contract)
+from kbtool.evaluation.compare import recorded_gate
 from kbtool.evaluation.evaluate import EvalConfig, evaluate
 from kbtool.evaluation.provenance import calibration_warnings, questions_fingerprint
 from kbtool.evaluation.questions import load_questions
@@ -20,6 +23,9 @@ from kbtool.store import Store
 
 from .conftest import write
 
+# the rules of the built-in contract without the dense:use-m weight: CJK questions fused without it
+NO_USE_M = ["retrieve.rules=[{when: identifier, weights: {dense: 0.3, bm25: 0.7}}, "
+            "{when: cjk, weights: {dense: 0.1, bm25: 0.9}}]"]
 CJK_FIRST = ["retrieve.rules=[{when: cjk, weights: {dense: 0.1, bm25: 0.9}}, "
              "{when: identifier, weights: {dense: 0.3, bm25: 0.7}}]"]
 TOPICS = ["the agent stops syncing after a network timeout", "a refund is available within seven days",
@@ -80,8 +86,9 @@ def test_calibrate_scores_a_setting_as_eval_measures_it(tiny, fake_embedder, ove
     search = Search(contract, ans, "ndcg@10", min_count=3)
     assert {"identifier", "cjk", "other"} <= set(search.groups)
     rng = np.random.default_rng(1)
+    assert search.grid == weight_grid(("dense", "bm25")) and len(search.grid) == len(WEIGHTS)
     for ci in range(len(CONFIGS)):
-        wmap = {g: int(rng.integers(len(WEIGHTS))) for g in ("identifier", "cjk", "other")}
+        wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other")}
         written = written_contract(contract, True, search.proposal(ci, wmap))
         report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]), contract=written,
                           embedder=fake_embedder)
@@ -157,3 +164,167 @@ def test_library_errors_name_parameters_not_flags(tiny, fake_embedder):
         with pytest.raises(UsageError) as exc:
             evaluate(store, qs, config, embedder=fake_embedder)
         assert str(exc.value).startswith(message) and "--" not in str(exc.value)
+
+
+def test_weight_grid_sizes_and_order():
+    two = weight_grid(("dense", "bm25"))
+    assert two == tuple({"dense": w, "bm25": round(1 - w, 4)} for w in WEIGHTS)  # the grid of before, in its order
+    for n, size, step in ((3, 21, 0.2), (4, 56, 0.2), (5, 70, 0.25), (6, 21, 0.5)):
+        names = ("dense", "bm25", *(f"dense:m{i}" for i in range(n - 2)))
+        grid = weight_grid(names)
+        assert len(grid) == size <= MAX_GRID, n
+        assert all(list(p) == list(names) and sum(p.values()) == pytest.approx(1) for p in grid)
+        assert len({tuple(p.values()) for p in grid}) == size
+        assert {p["dense"] for p in grid} == {round(i * step, 4) for i in range(round(1 / step) + 1)}
+        assert grid[0] == {**dict.fromkeys(names, 0.0), "bm25": 1.0}  # ties: BM25 alone, as with two retrievers
+        assert grid[1]["dense"] > 0 and all(p[names[-1]] == 0 for p in grid[: round(1 / step) + 1])
+    assert weight_grid(("dense",)) == ({"dense": 1.0},)
+
+
+def test_a_two_retriever_store_gets_the_proposal_of_before(tiny, fake_embedder):
+    """Same grid, same scores, same choice; the proposal's weights are what the dense weight
+    meant before (group weights were a bare dense weight, bm25 the rest)."""
+    store, qs, _ = tiny
+    contract = load_contract(None, [], search=False)
+    items = [it for it in gathered(store, qs, contract, k=10, embedder=fake_embedder) if it.q.answerable]
+    search = Search(contract, items, "ndcg@10", min_count=3)
+    assert search.retrievers == ("dense", "bm25") and set(search.own) == {"identifier", "cjk"}
+    for ci, wmap in ((0, {"identifier": 3, "cjk": 1, "other": 7}), (3, {"identifier": 10, "cjk": 0, "other": 2})):
+        p = search.proposal(ci, wmap)
+        w = {g: WEIGHTS[i] for g, i in wmap.items()}
+        assert p["weights"] == {"dense": w["other"], "bm25": round(1 - w["other"], 1)}
+        assert p["group_weights"] == {g: {"dense": w[g], "bm25": round(1 - w[g], 4)} for g in ("identifier", "cjk")}
+        written = written_contract(contract, True, p)
+        rules = {r.when: r.weights.as_dict() for r in written.retrieve.rules}
+        assert rules["identifier"] == p["group_weights"]["identifier"]
+        # the built-in cjk rule's dense:use-m weight, for a retriever this store lacks, is left as written
+        assert rules["cjk"] == {**p["group_weights"]["cjk"], "dense:use-m": 0.6}
+        assert written.retrieve.fusion.weights.as_dict() == p["weights"]
+
+
+def _three_items(three_retrievers, fake_embedder, overrides):
+    store, qs, _ = three_retrievers
+    contract = load_contract(None, overrides, search=False)
+    items = [it for it in gathered(store, qs, contract, k=10, embedder=fake_embedder) if it.q.answerable]
+    return contract, items, Search(contract, items, "ndcg@10", min_count=3)
+
+
+def test_calibrate_scores_a_three_retriever_setting_as_eval_measures_it(three_retrievers, fake_embedder):
+    store, qs, _ = three_retrievers
+    for overrides in ([], NO_USE_M):
+        contract, items, search = _three_items(three_retrievers, fake_embedder, overrides)
+        assert search.retrievers == ("dense", "bm25", "dense:use-m") and len(search.grid) == 21
+        assert {"cjk", "other"} <= set(search.groups)
+        rng = np.random.default_rng(2)
+        for ci in range(len(CONFIGS)):
+            wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other")}
+            p = search.proposal(ci, wmap)
+            assert p["group_weights"]["cjk"] == search.grid[wmap["cjk"]] and set(p["weights"]) == set(search.retrievers)
+            written = written_contract(contract, True, p)
+            report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]), contract=written,
+                              embedder=fake_embedder)
+            evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
+            mine = dict(zip([it.q.id for it in items], search.per_question(ci, wmap)))
+            assert mine == pytest.approx(evals, abs=1e-12), (CONFIGS[ci], wmap)
+
+
+def test_the_search_over_three_retrievers_weighs_use_m_on_cjk_questions(three_retrievers, fake_embedder):
+    """Chinese paraphrases only the multilingual model finds: every setting without dense:use-m
+    scores lower on them, so calibrate must weigh it in the cjk rule, and eval with the written
+    contract reproduces the numbers it recorded."""
+    import yaml
+
+    store, qs, path = three_retrievers
+    contract, items, search = _three_items(three_retrievers, fake_embedder, NO_USE_M)
+    assert "cjk" in search.own
+    cjk = search.groups == "cjk"
+    for ci in range(len(CONFIGS)):
+        sums = search.S[ci][:, cjk].sum(axis=1)
+        without = max(s for p, s in zip(search.grid, sums) if p["dense:use-m"] == 0)
+        assert sums.max() > without + 0.5, CONFIGS[ci]  # at least half a question's nDCG better with use-m
+    ci, wmap = search.choose(np.ones(len(items), dtype=bool))
+    assert search.grid[wmap["cjk"]]["dense:use-m"] > 0
+
+    r = calibrate(store, qs, contract, embedder=fake_embedder, min_count=3, folds=3, source=str(path))
+    h = r.heldout
+    assert r.adopted and h["p_value"] < 0.05 and h["chosen"] > h["current"]
+    assert h["best_single_name"] == "dense:use-m" and h["dense:use-m"] > max(h["dense"], h["bm25"])
+    w = r.proposed["group_weights"]["cjk"]
+    assert list(w) == ["dense", "bm25", "dense:use-m"] and w["dense:use-m"] > 0 and sum(w.values()) == pytest.approx(1)
+    assert list(r.current["group_weights"]["cjk"].values()) == [0.1, 0.9, 0.0]
+    curve = r.weight_curves["cjk"]
+    assert len(curve["grid"]) == len(curve["metric"]) == 21 and curve["count"] == int(cjk.sum())
+    assert curve["profiles"]["dense:use-m"]["weights"] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert max(curve["profiles"]["dense:use-m"]["metric"][1:]) > curve["profiles"]["dense:use-m"]["metric"][0]
+
+    new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r)))
+    rules = {rule.when: rule.weights.as_dict() for rule in new.retrieve.rules}
+    assert rules["cjk"] == w and new.retrieve.fusion.weights.as_dict() == r.proposed["weights"]
+    assert new.calibration["heldout"]["dense:use-m"] == h["dense:use-m"]
+    # eval --fail-under-recorded 0 with the written contract: every recorded number reproduced
+    report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[5, 10], metrics=["hit_rate", "mrr", "ndcg"]),
+                      contract=new, embedder=fake_embedder)
+    gate = recorded_gate(new, report, 0.0)
+    assert gate["passed"] and len(gate["checks"]) >= 6, gate
+    assert report.metrics()["contract"]["ndcg@10"] == r.verification["metrics"]["ndcg@10"] > h["current"]
+
+
+def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_retrievers, fake_embedder, tmp_path,
+                                                                       monkeypatch):
+    import kbtool.embed as embed
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+
+    store, _, path = three_retrievers
+    real = embed.load_embedder
+    monkeypatch.setattr(embed, "load_embedder", lambda model=None, **kw: fake_embedder if getattr(
+        model, "model", model) == fake_embedder.model_id else real(model, **kw))  # the store's model: the fake one
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(app, ["contract", "init"]).exit_code == 0
+    text = (tmp_path / "kbtool.yaml").read_text()
+    text = text.replace("dense:use-m: 0.6", "dense:use-m: 0.0")  # CJK questions fused without the model
+    assert "dense:use-m: 0.0" in text
+    (tmp_path / "kbtool.yaml").write_text(text)
+    base = ["--store", str(store.path)]
+    r = runner.invoke(app, ["calibrate", str(path), *base, "--min-count", "3", "--folds", "3", "--out", "cal"])
+    assert r.exit_code == 0, r.output
+    assert "cjk: dense " in r.stdout and "dense:use-m" in r.stdout and "dense:use-m alone" in r.stdout
+    assert (tmp_path / "cal" / "calibration.png").stat().st_size > 10_000
+    r = runner.invoke(app, ["calibrate", str(path), *base, "--min-count", "3", "--folds", "3", "--write", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["adopted"] and data["proposed"]["group_weights"]["cjk"]["dense:use-m"] > 0
+    written = load_contract(tmp_path / "kbtool.yaml")
+    cjk = next(rule for rule in written.retrieve.rules if rule.when == "cjk")
+    assert cjk.weights.as_dict() == data["proposed"]["group_weights"]["cjk"]
+    assert "# your version of this contract" in (tmp_path / "kbtool.yaml").read_text()  # comments kept
+    r = runner.invoke(app, ["eval", str(path), *base, "-q", "--fail-under-recorded", "0", "--out", "ev"])
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "ev" / "report.html").read_text()
+    assert "best single (dense:use-m)" in html and "dense:use-m alone" in html
+
+
+def test_weights_that_already_fuse_as_proposed_are_left_as_written():
+    """A rule kept as written (a type with too few questions) is in the proposal normalised over
+    the store's retrievers; --write leaves it (and any weights already at the proposal) alone."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from kbtool.contract import default_contract, validate_contract
+    from kbtool.evaluation.calibrate import _current_fusion
+
+    contract = default_contract()
+    proposed = {**_current_fusion(contract, ("dense", "bm25", "dense:use-m")), "method": "rrf"}
+    assert proposed["group_weights"]["cjk"] == {"dense": 0.0625, "bm25": 0.5625, "dense:use-m": 0.375}
+    assert proposed["weights"] == {"dense": 0.7, "bm25": 0.3, "dense:use-m": 0.0}
+    proposed["group_weights"]["identifier"] = {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
+    result = SimpleNamespace(adopted=True, proposed=proposed, thresholds=None, appendix={}, model=None)
+    new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
+    rules = {r.when: r.weights.as_dict() for r in new.retrieve.rules}
+    assert rules["cjk"] == {"dense": 0.1, "bm25": 0.9, "dense:use-m": 0.6}
+    assert rules["identifier"] == {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
+    assert new.retrieve.fusion.weights.as_dict() == {"dense": 0.7, "bm25": 0.3}
+    assert new.retrieve.fusion.method == "rrf" and new.contract_version == 2

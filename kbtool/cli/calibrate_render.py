@@ -17,12 +17,14 @@ def render(result, console) -> None:
     t.add_row("chosen by cross-validation", f"{h['chosen']:.4f}")
     t.add_row("current contract", f"{h['current']:.4f}")
     t.add_row(f"best single retriever ({h['best_single_name']})", f"{h['best_single']:.4f}")
+    for name in _retrievers(h):
+        t.add_row(f"  {name} alone", f"{h[name]:.4f}")
     console.print(t)
     p = result.proposed
     verdict = "adopted" if result.adopted else "kept the current fusion"
     console.print(f"fusion: {verdict} (gain {h['gain']:+.4f}, p = {h['p_value']:.3f}): {p['method']}"
                   + (f"/{p['normalization']}" if p["method"] == "weighted" else f" k={p['rrf_k']}")
-                  + f", dense {p['weights']['dense']}" + "".join(f"; {g} dense {w}" for g, w in p["group_weights"].items()),
+                  + f", {_weights(p['weights'])}" + "".join(f"; {g}: {_weights(w)}" for g, w in p["group_weights"].items()),
                   highlight=False)
     a = result.answerability or {}
     if a.get("fitted"):
@@ -56,6 +58,20 @@ def render(result, console) -> None:
         console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note[/] {escape(note)}", highlight=False)
+
+
+def _retrievers(heldout: dict) -> list[str]:
+    """The retrievers scored alone: heldout keys named as retrievers (dense, bm25, dense:NAME)."""
+    from ..contract import RETRIEVER
+
+    return [k for k in heldout if RETRIEVER.match(k)]
+
+
+def _weights(w) -> str:
+    """'dense 0.2, bm25 0.4, dense:use-m 0.4' (a bare number: the dense weight beside bm25)."""
+    if not isinstance(w, dict):
+        return f"dense {w}"
+    return ", ".join(f"{name} {v:g}" for name, v in w.items())
 
 
 def _f(x) -> str:

@@ -8,14 +8,18 @@ whatever the pipeline does, calibrate measures: its score of a setting is what `
 on a contract with that setting.
 
 Choosing:
-- settings: fusion ``weighted`` (min-max or z-score) or ``rrf`` (k in RRF_KS), each with a dense
-  weight from 0 to 1 in steps of 0.1. A question belongs to the group of the rule the pipeline
-  fuses it with (``rule_applied``: the contract's rule order decides a mixed CJK + identifier
-  question). A group (identifier, cjk) with at least ``min_count`` answerable questions gets its
-  own weight (a rule, appended when the contract has none), a smaller one keeps its rule as
-  written, the others share the global weight;
+- settings: fusion ``weighted`` (min-max or z-score) or ``rrf`` (k in RRF_KS), each with a vector
+  of weights over the store's retrievers (``weight_grid``): with ``dense`` and ``bm25`` alone, a
+  dense weight from 0 to 1 in steps of 0.1; with more (``dense:NAME`` models added to the store),
+  every point of the simplex in steps of 0.2 (21 points for 3 retrievers, 56 for 4), coarser
+  (0.25, then 0.5) where that would exceed ``MAX_GRID`` points. A question belongs to the group
+  of the rule the pipeline fuses it with (``rule_applied``: the contract's rule order decides a
+  mixed CJK + identifier question). A group (identifier, cjk) with at least ``min_count``
+  answerable questions gets its own weights (a rule, appended when the contract has none), a
+  smaller one keeps its rule as written, the others share the global weights;
 - seeded k-fold cross-validation: each question is scored by the setting chosen on the other
   folds; the held-out mean is compared with the current contract's and the best single retriever's
+  (of every retriever of the store, picked as eval picks it: ``compare.best_single``)
   with a paired sign-flip randomisation test; the new setting is adopted only when it is
   significantly better (p < alpha), else the current fusion is kept;
 - thresholds, from each question's top confidence under the final fusion (``Answer.confidence``,
@@ -42,13 +46,15 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError, UsageError
-from .compare import sign_flip_p
+from .compare import best_single as best_single_of, sign_flip_p
 from .metrics import parse_metric, score
 from .provenance import question_set_record, store_fingerprint
 from .units import EvidenceMatcher, level_of, units
 
 RRF_KS = (10, 30, 60, 100)
-WEIGHTS = tuple(round(w / 10, 1) for w in range(11))
+WEIGHTS = tuple(round(w / 10, 1) for w in range(11))  # the dense weights of the grid of dense + bm25
+TWO = ("dense", "bm25")
+MAX_GRID = 80  # weight vectors per setting, at most (a coarser step beyond)
 TYPED = ("identifier", "cjk")  # groups that may get a rule (and a tier) of their own, in this order
 GROUPS = (*TYPED, "other")
 MIN_UNANSWERABLE = 5
@@ -97,17 +103,67 @@ class CalibrationResult:
         return {k: v for k, v in self.__dict__.items()}
 
 
-# ---- contracts for settings -----------------------------------------------------------------
-def _weights(w: float):
+# ---- weight vectors and contracts for settings ----------------------------------------------
+def grid_steps(n: int) -> int:
+    """Steps of the weight grid over ``n`` retrievers: 10 (0.1) for two, else 5 (0.2), 4 (0.25) or 2
+    (0.5), the finest with at most ``MAX_GRID`` points."""
+    if n <= 2:
+        return 10
+    for steps in (5, 4):
+        if math.comb(steps + n - 1, n - 1) <= MAX_GRID:
+            return steps
+    return 2
+
+
+def weight_grid(retrievers) -> tuple[dict[str, float], ...]:
+    """Every weight vector (retriever -> weight, summing to 1) on the simplex grid over
+    ``retrievers`` (``store_retrievers`` order: dense, bm25, dense:NAME...). Ordered so that the
+    first of tied points is preferred: the least weight on the last added model, ..., then the
+    least dense weight (with dense + bm25: the dense weights 0, 0.1, ..., 1 of ``WEIGHTS``)."""
+    names = tuple(retrievers)
+    n, steps = len(names), grid_steps(len(names))
+    if n == 1:
+        return ({names[0]: 1.0},)
+
+    def compositions(total: int, parts: int):
+        if parts == 1:
+            yield (total,)
+            return
+        for first in range(total + 1):
+            for rest in compositions(total - first, parts - 1):
+                yield (first, *rest)
+
+    points = sorted(compositions(steps, n), key=lambda c: (*reversed(c[2:]), c[0]))
+    return tuple({r: round(c / steps, 4) for r, c in zip(names, point)} for point in points)
+
+
+def _weights(w):
+    """A ``Weights`` of a grid point (retriever -> weight; a float: the dense weight beside bm25)."""
     from ..contract import Weights
 
-    return Weights(dense=w, bm25=round(1 - w, 4))  # as calibrated_text writes them
+    if not isinstance(w, dict):
+        w = {"dense": w, "bm25": round(1 - w, 4)}  # as calibrated_text writes them
+    return Weights.model_validate({"dense": 0.0, "bm25": 0.0, **w})
 
 
-def with_setting(contract, cfg: Config, w: float | None = None):
-    """``contract`` with ``cfg``'s fusion. With ``w``: the default weights and every rule's at dense
-    weight ``w``, so each question is fused at ``w`` whichever rule fires; without: the weights
-    as written. Built without validation (every value is valid), once per setting."""
+def weights_of(contract, types: set[str]):
+    """The ``Weights`` a question of these types is fused with: its rule's, else fusion.weights."""
+    rule = contract.rule_for(types)
+    return (rule or contract.retrieve.fusion).weights
+
+
+def normalised(weights, retrievers) -> dict[str, float]:
+    """retriever -> weight (rounded, summing to 1) over ``retrievers`` as the pipeline fuses them,
+    0 for one the weights leave out."""
+    over = weights.over(retrievers)
+    return {r: round(over.get(r, 0.0), 4) for r in retrievers}
+
+
+def with_setting(contract, cfg: Config, w: dict | float | None = None):
+    """``contract`` with ``cfg``'s fusion. With ``w`` (a grid point, retriever -> weight; a float:
+    the dense weight beside bm25): the default weights and every rule's at ``w``, so each question
+    is fused at ``w`` whichever rule fires; without: the weights as written. Built without
+    validation (every value is valid), once per setting."""
     fusion = {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k}
     retrieve = {}
     if w is not None:
@@ -196,12 +252,18 @@ def gathered(store, qs, contract, *, k: int, level: str = "auto", embedder=None,
 class Search:
     """Every setting scored on every answerable question, and the choice among them.
 
-    ``S[config, weight, question]``: the objective with each question fused at that weight;
-    ``F[config, question]``: for questions of a group that keeps its rule, at the rule's weight."""
+    ``S[config, point, question]``: the objective with each question fused at that point of
+    ``grid`` (weight vectors over ``retrievers``, the store's); ``F[config, question]``: for
+    questions of a group that keeps its rule, at the rule's weights."""
 
-    def __init__(self, contract, items: list[_Question], objective: str, min_count: int, progress=None):
-        from ..query.pipeline import rule_applied
+    def __init__(self, contract, items: list[_Question], objective: str, min_count: int, progress=None,
+                 retrievers: tuple[str, ...] | None = None):
+        from ..query.pipeline import rule_applied, store_retrievers
 
+        if retrievers is None:
+            retrievers = store_retrievers(items[0]._store) if items else TWO
+        self.retrievers = tuple(retrievers)
+        self.grid = weight_grid(self.retrievers)
         self.items, self.k = items, parse_metric(objective)[1]
         existing = [g for g in TYPED if rule_applied(contract, [[g]]) == [g]]
         extra = [g for g in TYPED if g not in existing]
@@ -218,13 +280,14 @@ class Search:
         self.counts = counts
         self.groups = np.array(groups)
         self.own = tuple(g for g in TYPED if counts[g] >= min_count and g in (*existing, *extra))
-        self.fixed = {g: round(contract.weights_for({g})[0], 4) for g in existing if g not in self.own}
+        self.fixed = {g: normalised(weights_of(contract, {g}), self.retrievers) for g in existing
+                      if g not in self.own}
         self.shared_groups = [g for g in GROUPS if g not in self.own and g not in self.fixed]
-        self.S = np.zeros((len(CONFIGS), len(WEIGHTS), len(items)))
+        self.S = np.zeros((len(CONFIGS), len(self.grid), len(items)))
         self.F = np.full((len(CONFIGS), len(items)), np.nan)
-        total, done = len(CONFIGS) * len(WEIGHTS), 0
+        total, done = len(CONFIGS) * len(self.grid), 0
         for ci, cfg in enumerate(CONFIGS):
-            for wi, w in enumerate(WEIGHTS):
+            for wi, w in enumerate(self.grid):
                 setting = with_setting(contract, cfg, w)
                 self.S[ci, wi] = [it.metric(setting, objective, self.k) for it in items]
                 done += 1
@@ -236,13 +299,14 @@ class Search:
                     self.F[ci, qi] = it.metric(as_written, objective, self.k)
 
     def choose(self, train: np.ndarray) -> tuple[int, dict[str, int]]:
-        """Best config and per-group weight index on the training questions (a boolean mask)."""
+        """Best config and per-group grid point (an index of ``grid``) on the training questions
+        (a boolean mask)."""
         groups, best = self.groups, None
         for ci in range(len(CONFIGS)):
             wmap: dict[str, int] = {}
             shared = train & np.isin(groups, self.shared_groups)
-            sums = self.S[ci][:, shared].sum(axis=1) if shared.any() else np.zeros(len(WEIGHTS))
-            wi = int(np.argmax(sums))  # ties: the lowest dense weight, deterministic
+            sums = self.S[ci][:, shared].sum(axis=1) if shared.any() else np.zeros(len(self.grid))
+            wi = int(np.argmax(sums))  # ties: the first point of the grid (see weight_grid), deterministic
             total_score = sums[wi]
             for g in self.shared_groups:
                 wmap[g] = wi
@@ -262,12 +326,37 @@ class Search:
                          for qi, g in enumerate(self.groups)])
 
     def proposal(self, ci: int, wmap: dict[str, int]) -> dict:
+        """The proposal: fusion, ``weights`` (retriever -> weight, what an 'other' question gets)
+        and ``group_weights`` (type -> {retriever -> weight}), over the store's retrievers."""
         cfg = CONFIGS[ci]
-        shared = WEIGHTS[wmap["other"]]
-        groups = {g: WEIGHTS[wmap[g]] for g in self.own}
-        groups.update(self.fixed)  # groups without enough questions keep the contract's rule
+        groups = {g: dict(self.grid[wmap[g]]) for g in self.own}
+        groups.update({g: dict(w) for g, w in self.fixed.items()})  # too few questions: the contract's rule
         return {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k,
-                "weights": {"dense": shared, "bm25": round(1 - shared, 1)}, "group_weights": groups}
+                "weights": dict(self.grid[wmap["other"]]), "group_weights": groups}
+
+    def curves(self, ci: int) -> dict:
+        """Per group, the mean objective over the grid under config ``ci``. With dense + bm25:
+        ``weights`` (dense) and ``metric`` along them; with more retrievers: ``grid`` (the points)
+        and ``metric`` along them, and per retriever a profile (``profiles``: at each of its
+        weights, the best mean over the points giving it that weight)."""
+        out = {}
+        for g in GROUPS:
+            m = self.groups == g
+            if not m.any():
+                continue
+            metric = [round(float(self.S[ci, wi, m].mean()), 4) for wi in range(len(self.grid))]
+            if self.retrievers == TWO:
+                out[g] = {"weights": [p["dense"] for p in self.grid], "count": int(m.sum()),
+                          "fusion": CONFIGS[ci].name, "metric": metric}
+                continue
+            profiles = {}
+            for r in self.retrievers:
+                ws = sorted({p[r] for p in self.grid})
+                profiles[r] = {"weights": ws, "metric": [max(v for p, v in zip(self.grid, metric) if p[r] == w)
+                                                         for w in ws]}
+            out[g] = {"grid": [dict(p) for p in self.grid], "count": int(m.sum()), "fusion": CONFIGS[ci].name,
+                      "metric": metric, "profiles": profiles}
+        return out
 
 
 def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5, seed: int = 0,
@@ -299,11 +388,11 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
 
     search = Search(contract, ans_items, objective, min_count, progress)
     counts = search.counts
-    # The current contract and the single retrievers, exactly as eval's modes run them.
+    # The current contract and every single retriever of the store, exactly as eval's modes run them.
     current_scores = np.array([it.metric(contract, objective, k) for it in ans_items])
     singles = {m: np.array([it.metric(contract_for_mode(contract, m), objective, k) for it in ans_items])
-               for m in ("dense", "bm25")}
-    best_single = "dense" if singles["dense"].mean() >= singles["bm25"].mean() else "bm25"
+               for m in search.retrievers}
+    best_single = best_single_of({m: float(s.mean()) for m, s in singles.items()})
 
     rng = np.random.default_rng(seed)
     fold_of = rng.permutation(len(ans_items)) % folds
@@ -326,7 +415,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
             notes.append(f"{g}: {counts[g]} answerable question(s), fewer than {min_count}: no weight of its own "
                          + ("is tuned (the contract's rule is kept)" if g in search.fixed else "(it shares the global one)"))
 
-    current = _current_fusion(contract)
+    current = _current_fusion(contract, search.retrievers)
     proposed = search.proposal(ci, wmap) if adopted else current
     # The answerability model, fitted on the signals under the fusion that will be written; the
     # thresholds from each question's out-of-fold P(answerable) (without a model: its confidence).
@@ -345,15 +434,9 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         answerability["mistakes"] = _mistakes(final, items, conf, thresholds, answerability.pop("signals"))
     else:
         answerability.pop("signals")
-    curves = {}
     final_cfg = Config(proposed["method"], proposed["normalization"], proposed["rrf_k"])
     curve_cfg = final_cfg if final_cfg in CONFIGS else chosen_cfg
-    for g in GROUPS:
-        m = search.groups == g
-        if m.any():
-            curves[g] = {"weights": list(WEIGHTS), "count": int(m.sum()), "fusion": curve_cfg.name,
-                         "metric": [round(float(search.S[CONFIGS.index(curve_cfg), wi, m].mean()), 4)
-                                    for wi in range(len(WEIGHTS))]}
+    curves = search.curves(CONFIGS.index(curve_cfg))
     dist = {"answerable": sorted(round(conf[id(it)] or 0.0, 4) for it in items if it.q.answerable),
             "unanswerable": sorted(round(conf[id(it)] or 0.0, 4) for it in items if not it.q.answerable)}
     result = CalibrationResult(
@@ -363,7 +446,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         proposed=proposed, adopted=adopted,
         heldout={"chosen": round(float(heldout.mean()), 4), "current": round(float(current_scores.mean()), 4),
                  "best_single": round(float(singles[best_single].mean()), 4), "best_single_name": best_single,
-                 "dense": round(float(singles["dense"].mean()), 4), "bm25": round(float(singles["bm25"].mean()), 4),
+                 **{m: round(float(s.mean()), 4) for m, s in singles.items()},  # each retriever alone
                  "gain": round(gain, 4), "p_value": round(p_value, 4), "alpha": alpha,
                  "chosen_in_sample": round(float(search.per_question(ci, wmap).mean()), 4)},
         weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
@@ -389,15 +472,15 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     return result
 
 
-def _current_fusion(contract) -> dict:
-    """The contract's fusion as a proposal: what an 'other' question gets, and each type's rule."""
+def _current_fusion(contract, retrievers=TWO) -> dict:
+    """The contract's fusion as a proposal: what an 'other' question gets, and each type's rule,
+    normalised over the store's ``retrievers``."""
     from ..query.pipeline import rule_applied
 
     f = contract.retrieve.fusion
-    wd = round(contract.weights_for({"other"})[0], 4)
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,
-            "weights": {"dense": wd, "bm25": round(1 - wd, 4)},
-            "group_weights": {g: round(contract.weights_for({g})[0], 4) for g in TYPED
+            "weights": normalised(weights_of(contract, {"other"}), retrievers),
+            "group_weights": {g: normalised(weights_of(contract, {g}), retrievers) for g in TYPED
                               if rule_applied(contract, [[g]]) == [g]}}
 
 

@@ -21,6 +21,13 @@ def is_single_mode(mode: str) -> bool:
         return False
 
 
+def best_single(means: dict[str, float]) -> str:
+    """The best single retriever of ``means`` (retriever -> mean metric): the highest mean, a tie
+    to the name that sorts last. The one definition of eval's ``fused_vs_best_single`` and
+    calibrate's baseline."""
+    return max(means, key=lambda s: (means[s], s))
+
+
 
 # ---- gates and baselines ---------------------------------------------------------------------
 _GATE = re.compile(r"^(?:(?P<mode>[\w.:-]+?):)?(?P<metric>[a-z_]+(?:@\d+)?)(?:\[(?P<tag>[^\]]+)\])?"

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from .. import __version__
 from ..errors import UsageError
 from ..query.retriever import parse_mode
-from .compare import is_single_mode
+from .compare import best_single, is_single_mode
 from .metrics import DEFAULT_METRICS, METRICS, RATE_NEEDS, RATES, refusal_rates, round6, score  # noqa: F401 (re-exported)
 from .questions import Question, QuestionSet
 from .units import EvidenceMatcher, level_of, units
@@ -140,7 +140,7 @@ class EvalReport:
         for f in fused:
             out[f] = {}
             for name in self.config.metric_names():
-                best = max(singles, key=lambda s: (means[s][name], s))
+                best = best_single({s: means[s][name] for s in singles})
                 out[f][name] = {"best_single": best, "best_single_value": means[best][name],
                                 "value": means[f][name], "delta": round(means[f][name] - means[best][name], 6)}
         return out

@@ -114,12 +114,22 @@ def plot_calibration(result, path) -> None:
     ax.set_title(f"{'P(answerable)' if probability else 'Confidence'} by question kind")
     ax.legend()
     ax = axes[2]
-    for g, curve in result.weight_curves.items():
-        ax.plot(curve["weights"], curve["metric"], marker=".", label=f"{g} (n={curve['count']})")
-    ax.set_xlabel("dense weight")
+    curves = result.weight_curves
+    if all("profiles" not in c for c in curves.values()):  # dense + bm25: the curve along the dense weight
+        for g, curve in curves.items():
+            ax.plot(curve["weights"], curve["metric"], marker=".", label=f"{g} (n={curve['count']})")
+        ax.set_xlabel("dense weight")
+        ax.set_title("Metric vs dense weight, per question type")
+    else:  # more retrievers: per type (colour) and retriever (line style), the best metric at each weight
+        styles = ["-", "--", ":", "-."]
+        for gi, (g, curve) in enumerate(curves.items()):
+            for ri, (r, prof) in enumerate(curve["profiles"].items()):
+                ax.plot(prof["weights"], prof["metric"], marker=".", color=f"C{gi}", linestyle=styles[ri % len(styles)],
+                        label=f"{g} (n={curve['count']}): {r}")
+        ax.set_xlabel("weight of the retriever (the others at their best)")
+        ax.set_title("Best metric vs each retriever's weight, per question type", fontsize=10)
     ax.set_ylabel(result.objective)
-    ax.set_title("Metric vs dense weight, per question type")
-    ax.legend()
+    ax.legend(fontsize=8)
     if fitted:
         ax = axes[3]
         roc = a["roc"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from ..contract import RETRIEVER
 from .compare import primary_mode
 from .metrics import HEADLINE
 
@@ -179,6 +180,7 @@ def _calibration(cal: dict | None, now: dict | None) -> str:
         parts.append(_table(["held-out " + str(app.get("objective")), "value"],
                             [["chosen by cross-validation", h.get("chosen")], ["contract before", h.get("current")],
                              [f"best single ({h.get('best_single_name')})", h.get("best_single")],
+                             *([f"{name} alone", h[name]] for name in h if RETRIEVER.match(name)),
                              ["p-value (paired sign-flip)", h.get("p_value")]]))
     th = app.get("thresholds")
     if th:
