@@ -758,7 +758,10 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
         rules = retrieve["rules"]
         wanted = {**{g: _retriever_weights(w) for g, w in p["group_weights"].items()}, "other": shared}
         for group, ws in wanted.items():
-            matching = [r for r in rules if r.get("when") == group]
+            # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
+            # that weighs no bundled retriever the store lacks) takes the weights: the others stay
+            # as written, for a store with (or without) that retriever.
+            matching = [r for r in rules if r.get("when") == group and not _skipped_here(r.get("weights"), ws)][:1]
             if not matching and group == "other":
                 continue  # "other" questions use fusion.weights
             if not matching:
@@ -803,6 +806,18 @@ def _retriever_weights(w) -> dict[str, float]:
     if isinstance(w, dict):
         return dict(w)
     return {"dense": round(w, 4), "bm25": round(1 - w, 4)}
+
+
+def _skipped_here(written, weights: dict[str, float]) -> bool:
+    """Whether a rule's weights as written name a bundled retriever (``BUNDLED_RETRIEVERS``) with a
+    weight while the store (the retrievers of ``weights``) lacks it: ``rule_for`` skips that rule."""
+    if not hasattr(written, "get"):
+        return False
+    try:
+        return any(name in BUNDLED_RETRIEVERS and name not in weights and float(written.get(name) or 0) > 0
+                   for name in written)
+    except (TypeError, ValueError):
+        return False
 
 
 def _fuses_as(written, weights: dict[str, float]) -> bool:

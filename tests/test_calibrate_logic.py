@@ -197,8 +197,10 @@ def test_a_two_retriever_store_gets_the_proposal_of_before(tiny, fake_embedder):
         written = written_contract(contract, True, p)
         rules = {r.when: r.weights.as_dict() for r in written.retrieve.rules}
         assert rules["identifier"] == p["group_weights"]["identifier"]
-        # the built-in cjk rule's dense:use-m weight, for a retriever this store lacks, is left as written
-        assert rules["cjk"] == {**p["group_weights"]["cjk"], "dense:use-m": 0.6}
+        # the built-in cjk rule weighing dense:use-m, a retriever this store lacks, is left as written;
+        # the one the store applies takes the weights
+        assert [r.weights.as_dict() for r in written.retrieve.rules if r.when == "cjk"] == [
+            {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, p["group_weights"]["cjk"]]
         assert written.retrieve.fusion.weights.as_dict() == p["weights"]
 
 
@@ -284,7 +286,7 @@ def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_ret
     runner = CliRunner()
     assert runner.invoke(app, ["contract", "init"]).exit_code == 0
     text = (tmp_path / "kbtool.yaml").read_text()
-    text = text.replace("dense:use-m: 0.6", "dense:use-m: 0.0")  # CJK questions fused without the model
+    text = text.replace("dense:use-m: 0.7", "dense:use-m: 0.0")  # CJK questions fused without the model
     assert "dense:use-m: 0.0" in text
     (tmp_path / "kbtool.yaml").write_text(text)
     base = ["--store", str(store.path)]
@@ -318,13 +320,44 @@ def test_weights_that_already_fuse_as_proposed_are_left_as_written():
 
     contract = default_contract()
     proposed = {**_current_fusion(contract, ("dense", "bm25", "dense:use-m")), "method": "rrf"}
-    assert proposed["group_weights"]["cjk"] == {"dense": 0.0625, "bm25": 0.5625, "dense:use-m": 0.375}
+    assert proposed["group_weights"]["cjk"] == {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}
     assert proposed["weights"] == {"dense": 0.7, "bm25": 0.3, "dense:use-m": 0.0}
     proposed["group_weights"]["identifier"] = {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
     result = SimpleNamespace(adopted=True, proposed=proposed, thresholds=None, appendix={}, model=None)
     new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
     rules = {r.when: r.weights.as_dict() for r in new.retrieve.rules}
-    assert rules["cjk"] == {"dense": 0.1, "bm25": 0.9, "dense:use-m": 0.6}
+    assert [r.weights.as_dict() for r in new.retrieve.rules if r.when == "cjk"] == [
+        {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, {"dense": 0.1, "bm25": 0.9}]
     assert rules["identifier"] == {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
     assert new.retrieve.fusion.weights.as_dict() == {"dense": 0.7, "bm25": 0.3}
     assert new.retrieve.fusion.method == "rrf" and new.contract_version == 2
+
+
+
+def test_calibrated_weights_go_to_the_rule_the_store_applies_and_no_other():
+    """The built-in contract has two cjk rules: one weighing dense:use-m (skipped where the store
+    lacks it) and the 0.1 / 0.9 one. Calibrating on a store without use-m writes the cjk weights into
+    the second rule and leaves the first as written; on a store with use-m, the first, and the
+    second stays the fallback."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from kbtool.contract import default_contract, validate_contract
+    from kbtool.evaluation.calibrate import _current_fusion
+
+    contract = default_contract()
+    for retrievers, cjk, want in [
+        (("dense", "bm25"), {"dense": 0.2, "bm25": 0.8},
+         [{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, {"dense": 0.2, "bm25": 0.8}]),
+        (("dense", "bm25", "dense:use-m"), {"dense": 0.0, "bm25": 0.4, "dense:use-m": 0.6},
+         [{"dense": 0.0, "bm25": 0.4, "dense:use-m": 0.6}, {"dense": 0.1, "bm25": 0.9}]),
+    ]:
+        proposed = _current_fusion(contract, retrievers)
+        if len(retrievers) == 2:
+            assert proposed["group_weights"]["cjk"] == {"dense": 0.1, "bm25": 0.9}  # the rule that applies
+        proposed["group_weights"]["cjk"] = cjk
+        result = SimpleNamespace(adopted=True, proposed=proposed, thresholds=None, appendix={}, model=None)
+        new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
+        assert [r.weights.as_dict() for r in new.retrieve.rules if r.when == "cjk"] == want, retrievers
+        assert new.retriever_weights({"cjk"}, retrievers) == pytest.approx({k: v for k, v in cjk.items() if v})

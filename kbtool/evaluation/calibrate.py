@@ -146,9 +146,10 @@ def _weights(w):
     return Weights.model_validate({"dense": 0.0, "bm25": 0.0, **w})
 
 
-def weights_of(contract, types: set[str]):
-    """The ``Weights`` a question of these types is fused with: its rule's, else fusion.weights."""
-    rule = contract.rule_for(types)
+def weights_of(contract, types: set[str], retrievers):
+    """The ``Weights`` a question of these types is fused with on a store of ``retrievers``: its
+    rule's (``Contract.rule_for``, as the pipeline picks it), else fusion.weights."""
+    rule = contract.rule_for(types, retrievers)
     return (rule or contract.retrieve.fusion).weights
 
 
@@ -280,7 +281,7 @@ class Search:
         self.counts = counts
         self.groups = np.array(groups)
         self.own = tuple(g for g in TYPED if counts[g] >= min_count and g in (*existing, *extra))
-        self.fixed = {g: normalised(weights_of(contract, {g}), self.retrievers) for g in existing
+        self.fixed = {g: normalised(weights_of(contract, {g}, self.retrievers), self.retrievers) for g in existing
                       if g not in self.own}
         self.shared_groups = [g for g in GROUPS if g not in self.own and g not in self.fixed]
         self.S = np.zeros((len(CONFIGS), len(self.grid), len(items)))
@@ -479,8 +480,8 @@ def _current_fusion(contract, retrievers=TWO) -> dict:
 
     f = contract.retrieve.fusion
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,
-            "weights": normalised(weights_of(contract, {"other"}), retrievers),
-            "group_weights": {g: normalised(weights_of(contract, {g}), retrievers) for g in TYPED
+            "weights": normalised(weights_of(contract, {"other"}, retrievers), retrievers),
+            "group_weights": {g: normalised(weights_of(contract, {g}, retrievers), retrievers) for g in TYPED
                               if rule_applied(contract, [[g]]) == [g]}}
 
 
