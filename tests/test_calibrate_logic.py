@@ -89,12 +89,18 @@ def test_calibrate_scores_a_setting_as_eval_measures_it(tiny, fake_embedder, ove
     assert search.grid == weight_grid(("dense", "bm25")) and len(search.grid) == len(WEIGHTS)
     for ci in range(len(CONFIGS)):
         wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other")}
-        written = written_contract(contract, True, search.proposal(ci, wmap))
-        report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]), contract=written,
-                          embedder=fake_embedder)
-        evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
-        mine = dict(zip([it.q.id for it in ans], search.per_question(ci, wmap)))
-        assert mine == pytest.approx(evals, abs=1e-12), (CONFIGS[ci], wmap)
+        _assert_eval_measures(store, qs, contract, search, ans, ci, wmap, fake_embedder)
+
+
+def _assert_eval_measures(store, qs, contract, search, items, ci, wmap, embedder, proposal=None):
+    """Each question's calibrate score under setting (ci, wmap) is what eval measures on the
+    contract calibrate writes for it."""
+    written = written_contract(contract, True, proposal or search.proposal(ci, wmap))
+    report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]), contract=written,
+                      embedder=embedder)
+    evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
+    mine = dict(zip([it.q.id for it in items], search.per_question(ci, wmap)))
+    assert mine == pytest.approx(evals, abs=1e-12), (CONFIGS[ci], wmap)
 
 
 def test_calibrate_refusal_rates_are_what_eval_measures_on_the_written_contract(tiny, fake_embedder):
@@ -222,12 +228,7 @@ def test_calibrate_scores_a_three_retriever_setting_as_eval_measures_it(three_re
             wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other")}
             p = search.proposal(ci, wmap)
             assert p["group_weights"]["cjk"] == search.grid[wmap["cjk"]] and set(p["weights"]) == set(search.retrievers)
-            written = written_contract(contract, True, p)
-            report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"]), contract=written,
-                              embedder=fake_embedder)
-            evals = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
-            mine = dict(zip([it.q.id for it in items], search.per_question(ci, wmap)))
-            assert mine == pytest.approx(evals, abs=1e-12), (CONFIGS[ci], wmap)
+            _assert_eval_measures(store, qs, contract, search, items, ci, wmap, fake_embedder, p)
 
 
 def test_the_search_over_three_retrievers_weighs_use_m_on_cjk_questions(three_retrievers, fake_embedder):

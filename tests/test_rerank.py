@@ -227,25 +227,11 @@ def test_dense_backend_unknown_model(sample_store, embedder):
 @pytest.fixture(scope="module")
 def tiny_cross_encoder(tmp_path_factory):
     """A 1-layer BERT with a 32-wide hidden state and one label, random but seeded weights, and the
-    bundled MiniLM's tokenizer: a real CrossEncoder folder (a test fixture, not a reranker)."""
-    import shutil
+    bundled MiniLM's tokenizer: a real CrossEncoder folder (a test fixture, not a reranker), built by
+    the same function the rerank benchmark uses."""
+    from bench.run import tiny_cross_encoder as build
 
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    from kbtool.embed import DEFAULT_MODEL, resolve_model_path
-
-    folder = tmp_path_factory.mktemp("tiny-ce")
-    src = resolve_model_path(DEFAULT_MODEL)
-    vocab = sum(1 for _ in (src / "vocab.txt").open(encoding="utf-8"))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512, num_labels=1, initializer_range=0.5)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (src / name).exists():
-            shutil.copy(src / name, folder / name)
-    return folder
+    return build(tmp_path_factory.mktemp("tiny-ce"))
 
 
 def test_cross_encoder_orders_by_its_predictions(sample_store, embedder, tiny_cross_encoder):

