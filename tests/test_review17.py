@@ -1,0 +1,73 @@
+"""Review 17: defects found in several dense retrievers per store (index --add-model / --drop-model)."""
+
+import json
+
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+from kbtool.store import Store
+
+from .conftest import write
+
+runner = CliRunner()
+
+FILES = {
+    "sync.md": "# Sync conflicts\n\nWhen two people edit the same file before either upload reaches the server, "
+               "the first upload wins and the second is kept beside it as a conflicted copy.\n",
+    "billing.md": "# Invoices\n\nInvoices are sent on the first day of each month to the billing contact.\n",
+}
+
+
+def _store(tmp_path, embedder) -> Store:
+    from kbtool.ingestion.pipeline import ingest
+
+    for name, text in FILES.items():
+        write(tmp_path / "d" / name, text)
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "d"], embedder=embedder)
+    assert store.is_indexed()
+    return store
+
+
+def test_a_model_that_cannot_embed_is_not_added_and_the_store_stays_queryable(tmp_path, embedder, monkeypatch):
+    """`index --add-model` of an endpoint that is down (or a folder that holds no model) failed, yet
+    recorded the model: the store was left 'behind' and every query refused until it was dropped."""
+    store = _store(tmp_path, embedder)
+    monkeypatch.setenv("KBTOOL_EMBED_RETRIES", "0")
+    bogus = tmp_path / "notamodel"
+    write(bogus / "config.json", "{}")
+    for arg in ("down=openai:http://127.0.0.1:9/v1#m", f"bogus={bogus}"):
+        r = runner.invoke(app, ["index", "--store", str(store.path), "--add-model", arg, "-q"])
+        assert r.exit_code != 0, r.output
+        assert "Traceback" not in r.output
+        after = Store.open(store.path)
+        assert after.dense_retrievers() == ["dense"], arg
+        assert after.is_indexed(), arg
+    r = runner.invoke(app, ["query", "who wins a sync conflict", "--store", str(store.path), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["hits"]
+    r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", str(store.path), "-q",
+                            "--add-model", f"bogus={bogus}"])
+    assert r.exit_code != 0 and Store.open(store.path).dense_retrievers() == ["dense"]
+
+
+def test_add_model_name_is_checked_not_taken_for_a_model_path(tmp_path, embedder):
+    """`--add-model UPPER=use-m` and `--add-model =use-m` said "embedding model 'UPPER=use-m' is not a
+    local folder": the NAME= part was silently read as part of a model path."""
+    store = _store(tmp_path, embedder)
+    for arg in ("UPPER=use-m", "=use-m", "a b=use-m"):
+        r = runner.invoke(app, ["index", "--store", str(store.path), "--add-model", arg, "-q"])
+        assert r.exit_code == 2, (arg, r.output)
+        assert "not a local folder" not in r.output, r.output
+        assert "--add-model" in r.output and "NAME" in r.output, r.output
+    assert Store.open(store.path).dense_retrievers() == ["dense"]
+
+
+def test_drop_model_dense_says_the_primary_cannot_be_dropped(tmp_path, embedder):
+    """`--drop-model dense` said "the store has no model dense:dense"."""
+    store = _store(tmp_path, embedder)
+    r = runner.invoke(app, ["index", "--store", str(store.path), "--drop-model", "dense"])
+    assert r.exit_code == 2, r.output
+    assert "dense:dense" not in r.output
+    assert "store's own model" in r.output and "--rebuild --model" in r.output, r.output
+
