@@ -74,6 +74,7 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
         store.manifest["embedding"] = mf.embedding_record(embedder.spec)
         for rec in store.manifest.get("models", {}).values():
             rec["indexed_generation"] = -1
+            rec["dim"] = None  # as the store's own model: the model behind a name may now give another width
         store.save_manifest()
         store.vectors.drop()
     store.check_model(embedder.spec)

@@ -71,3 +71,24 @@ def test_drop_model_dense_says_the_primary_cannot_be_dropped(tmp_path, embedder)
     assert "dense:dense" not in r.output
     assert "store's own model" in r.output and "--rebuild --model" in r.output, r.output
 
+
+def test_rebuild_re_embeds_an_added_model_whose_width_changed(tmp_path, embedder):
+    """`index --rebuild` forgot the width of the store's own model but kept an added model's: when the
+    model behind dense:NAME changed width (an endpoint now serving another model), the rebuild failed
+    with "rebuild with `kbtool index --model ... --rebuild`" - advice that would switch the store's
+    own model."""
+    store = _store(tmp_path, embedder)
+    store.add_model("use-m")
+    from kbtool.index import index
+
+    with store.writing():
+        index(store, embedder=embedder)
+    with store.writing():
+        store.manifest["models"]["use-m"]["dim"] = 256  # what the old model behind the name gave
+        store.save_manifest()
+    r = runner.invoke(app, ["query", "同步冲突", "--store", str(store.path)])
+    assert r.exit_code != 0 and "--model" not in r.output and "--rebuild" in r.output, r.output
+    r = runner.invoke(app, ["index", "--store", str(store.path), "--rebuild", "-q"])
+    assert r.exit_code == 0, r.output
+    after = Store.open(store.path)
+    assert after.is_indexed() and after.manifest["models"]["use-m"]["dim"] == 512

@@ -127,7 +127,8 @@ class Store:
         mf.check_model({"embedding": self.model_record(name)}, model, self.path)
 
     def check_dim(self, vectors, where: str = "query", name: str = "dense") -> None:
-        mf.check_dim({"embedding": self.model_record(name)}, vectors, self.path, where)
+        mf.check_dim({"embedding": self.model_record(name)}, vectors, self.path, where,
+                     *(() if name == "dense" else ("`kbtool index --rebuild` (re-embeds every model)",)))
 
     # ---- further embedding models (dense:NAME) -------------------------------------------
     def vectors_for(self, name: str = "dense") -> VectorIndex:
