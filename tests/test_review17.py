@@ -92,3 +92,26 @@ def test_rebuild_re_embeds_an_added_model_whose_width_changed(tmp_path, embedder
     assert r.exit_code == 0, r.output
     after = Store.open(store.path)
     assert after.is_indexed() and after.manifest["models"]["use-m"]["dim"] == 512
+
+
+def test_query_and_calibrate_gathering_give_the_same_hits_on_a_two_model_store(tmp_path, embedder):
+    """A Chinese question on a store with use-m runs BM25 and dense:use-m only (MiniLM is weighed 0);
+    calibrate and eval gather every retriever. Ranking, scores and decision agreed, but the hits did
+    not: eval/calibrate's carried MiniLM's cosine (dense_score) where query's had None, and an English
+    question's carried a dense:use-m score query never computed. One Answer, whoever gathers."""
+    from kbtool.contract import default_contract
+    from kbtool.query.pipeline import answer, gather, retrieve, scope, store_retrievers
+
+    from .test_models import _store as two_model_store
+
+    store = two_model_store(tmp_path, embedder)
+    contract = default_contract()
+    sc = scope(store, contract)
+    for question in ("两个人同时修改同一个文件会怎样？", "What happens when two people edit the same file?"):
+        by_query = retrieve(store, contract, question)
+        cands = gather(store, contract, [question], sc=sc, retrievers=store_retrievers(store))[0]
+        by_all = answer(store, contract, cands, sc=sc)
+        assert by_query.weights == by_all.weights
+        assert [h.to_dict() for h in by_query.hits] == [h.to_dict() for h in by_all.hits], question
+        assert by_query.signals == by_all.signals and by_query.decision == by_all.decision
+
