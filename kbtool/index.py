@@ -125,6 +125,11 @@ def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], repo
     emb.update(embedder.spec.to_manifest())  # the same identity (checked); the URL may have moved
     if vectors:
         emb["dim"] = int(next(iter(vectors.values())).shape[0])
+    elif emb.get("dim") is None and existing:  # a rebuild killed after forgetting the width: the index has it
+        kept = [c for c in existing if c in wanted][:1]
+        held = index_.get(kept) if kept else {}
+        if held:
+            emb["dim"] = int(len(next(iter(held.values()))))
     emb["max_tokens"] = embedder.max_tokens
     if report.embedded > embedded_before:
         emb["runtime"] = bulk.runtime

@@ -115,3 +115,21 @@ def test_query_and_calibrate_gathering_give_the_same_hits_on_a_two_model_store(t
         assert [h.to_dict() for h in by_query.hits] == [h.to_dict() for h in by_all.hits], question
         assert by_query.signals == by_all.signals and by_query.decision == by_all.decision
 
+
+def test_index_after_a_rebuild_killed_before_an_added_model_records_its_width(tmp_path, embedder):
+    """A rebuild forgets every model's width first; killed before it reached dense:use-m, it left
+    that model's vectors in place, and the next `index` (nothing to embed) marked the model current
+    with no width: no query was checked against it."""
+    store = _store(tmp_path, embedder)
+    store.add_model("use-m")
+    from kbtool.index import index
+
+    with store.writing():
+        index(store, embedder=embedder)
+    with store.writing():  # what `index --rebuild` killed after the store's own model leaves
+        store.manifest["models"]["use-m"].update(dim=None, indexed_generation=-1)
+        store.save_manifest()
+    r = runner.invoke(app, ["index", "--store", str(store.path), "-q"])
+    assert r.exit_code == 0, r.output
+    after = Store.open(store.path)
+    assert after.is_indexed() and after.manifest["models"]["use-m"]["dim"] == 512
