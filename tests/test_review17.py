@@ -133,3 +133,32 @@ def test_index_after_a_rebuild_killed_before_an_added_model_records_its_width(tm
     assert r.exit_code == 0, r.output
     after = Store.open(store.path)
     assert after.is_indexed() and after.manifest["models"]["use-m"]["dim"] == 512
+
+
+def test_a_long_lived_store_survives_another_process_dropping_and_re_adding_a_model(tmp_path, embedder):
+    """A Store kept open (kbtool serve, a Python user) held Chroma's handle of each collection: after
+    `index --drop-model use-m` + `--add-model use-m` (or `index --rebuild`) elsewhere, every query it
+    served raised chromadb's NotFoundError ("Collection [...] does not exist"), a raw traceback."""
+    from kbtool.contract import default_contract
+    from kbtool.index import index
+    from kbtool.query.pipeline import retrieve
+
+    store = _store(tmp_path, embedder)
+    store.add_model("use-m")
+    with store.writing():
+        index(store, embedder=embedder)
+    served = Store.open(store.path)
+    question = "两个人同时修改同一个文件会怎样？"
+    first = retrieve(served, default_contract(), question, embedder=embedder)
+    assert "dense:use-m" in first.weights
+    english = retrieve(served, default_contract(), "who wins a sync conflict", embedder=embedder)
+    assert "dense" in english.weights
+    other = Store.open(store.path)  # another writer
+    other.drop_model("use-m")
+    other.add_model("use-m")
+    with other.writing():
+        index(other, embedder=embedder, rebuild=True)
+    again = retrieve(served, default_contract(), question, embedder=embedder)
+    assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in first.hits]
+    again = retrieve(served, default_contract(), "who wins a sync conflict", embedder=embedder)
+    assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in english.hits]
