@@ -162,3 +162,27 @@ def test_a_long_lived_store_survives_another_process_dropping_and_re_adding_a_mo
     assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in first.hits]
     again = retrieve(served, default_contract(), "who wins a sync conflict", embedder=embedder)
     assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in english.hits]
+
+
+def test_dropping_a_model_of_a_store_whose_chroma_folder_is_gone_does_not_make_it_current(tmp_path, embedder):
+    """With chroma/ deleted the store is behind (its vectors are gone). Store.drop_model (and
+    add_model, dropping a leftover collection) opened Chroma to drop the model's collection, which
+    made an empty chroma/: the store then claimed current with no vector at all."""
+    import shutil
+
+    store = _store(tmp_path, embedder)
+    store.add_model("use-m")
+    from kbtool.index import index
+
+    with store.writing():
+        index(store, embedder=embedder)
+    shutil.rmtree(store.path / "chroma")
+    gone = Store.open(store.path)
+    assert not gone.is_indexed()
+    assert gone.drop_model("use-m")
+    assert not Store.open(store.path).is_indexed()
+    assert not (store.path / "chroma").exists()
+    r = runner.invoke(app, ["index", "--store", str(store.path), "-q"])
+    assert r.exit_code == 0, r.output
+    after = Store.open(store.path)
+    assert after.is_indexed() and after.vectors.count() == len(after.index_targets())

@@ -163,7 +163,9 @@ class Store:
                 return f"dense:{name}"
             # A collection left by a crash between a drop's manifest write and its collection drop
             # holds another model's vectors under the same hashes: never reuse it.
-            if writable(self.path / "chroma" if (self.path / "chroma").is_dir() else self.path):
+            # (No chroma/: nothing left over; opening Chroma would make an empty one, which the
+            # store would take for its vectors.)
+            if (self.path / "chroma").is_dir() and writable(self.path / "chroma"):
                 open_vectors(self.path, self.manifest, retriever=f"dense:{name}").drop()
             models[name] = {**mf.embedding_record(spec), "indexed_generation": -1}
             self.save_manifest()
@@ -201,7 +203,8 @@ class Store:
             del models[name]
             self.save_manifest()
             self._extra_vectors.pop(f"dense:{name}", None)
-            vectors.drop()
+            if (self.path / "chroma").is_dir():  # else no vectors to drop: opening Chroma would make an empty chroma/
+                vectors.drop()
         return True
 
     def set_stemmer(self, name: str | None) -> bool:
