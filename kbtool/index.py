@@ -74,6 +74,7 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
         store.manifest["embedding"] = mf.embedding_record(embedder.spec)
         for rec in store.manifest.get("models", {}).values():
             rec["indexed_generation"] = -1
+            rec["dim"] = None  # as the store's own model: the model behind a name may now give another width
         store.save_manifest()
         store.vectors.drop()
     store.check_model(embedder.spec)
@@ -124,6 +125,11 @@ def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], repo
     emb.update(embedder.spec.to_manifest())  # the same identity (checked); the URL may have moved
     if vectors:
         emb["dim"] = int(next(iter(vectors.values())).shape[0])
+    elif emb.get("dim") is None and existing:  # a rebuild killed after forgetting the width: the index has it
+        kept = [c for c in existing if c in wanted][:1]
+        held = index_.get(kept) if kept else {}
+        if held:
+            emb["dim"] = int(len(next(iter(held.values()))))
     emb["max_tokens"] = embedder.max_tokens
     if report.embedded > embedded_before:
         emb["runtime"] = bulk.runtime

@@ -58,16 +58,29 @@ AddModelOpt = Annotated[
 
 
 def add_models(kb, models: list[str] | None) -> list[str]:
-    """Record each ``[NAME=]MODEL`` of --add-model in the store; the retriever names."""
+    """Record each ``[NAME=]MODEL`` of --add-model in the store; the retriever names. A model not in
+    the store yet must embed a text first: one that cannot (an endpoint down, a folder holding no
+    model) is never recorded, which would leave the store behind and every query refused."""
     import re
 
-    from ..embed import parse_model
+    from ..embed import load_embedder, parse_model
+    from ..errors import UsageError
 
     names = []
     for arg in models or []:
-        m = re.match(r"^([a-z0-9][a-z0-9._-]*)=(.+)$", arg)
+        m = re.match(r"^([^=/\\:]*)=(.+)$", arg)  # NAME=MODEL; a path or URL holds '/' or ':' before any '='
         name, model = (m.group(1), m.group(2)) if m else (None, arg)
-        names.append(kb.add_model(parse_model(model), name))
+        if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,39}", name):
+            raise UsageError(f"--add-model {arg}: NAME {name!r} must be 1-40 lowercase letters, digits, '.', '_' "
+                             "or '-', starting with a letter or digit (retriever dense:NAME)")
+        spec = parse_model(model)
+        known = [rec["model"] for rec in (kb.manifest.get("models") or {}).values()]
+        if spec.model not in known and spec.model != kb.model_id:
+            from ..embed import check_available
+
+            check_available(spec)
+            load_embedder(spec).embed(["kbtool"])  # ModelError now, before anything is written
+        names.append(kb.add_model(spec, name))
     return names
 
 

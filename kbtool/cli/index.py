@@ -60,6 +60,10 @@ def index(
 def _drop(kb, name: str) -> bool:
     from ..errors import UsageError
 
+    if name == "dense":
+        raise UsageError("--drop-model dense: dense is the store's own model, which cannot be dropped (switch it "
+                         "with `kbtool index --rebuild --model MODEL`); --drop-model takes the NAME of a model "
+                         "added as dense:NAME")
     if not kb.drop_model(name):
         have = ", ".join(kb.dense_retrievers()[1:]) or "none"
         raise UsageError(f"--drop-model {name}: the store has no model dense:{name.removeprefix('dense:')} "

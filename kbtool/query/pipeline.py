@@ -331,10 +331,14 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k)
     hits = []
     extra = [r for r in cands.scores if r not in ("dense", "bm25")]
+    # A hit reports the retrievers a query of this question runs, however much was gathered
+    # (calibrate and eval gather every retriever): the same hits from query, eval and calibrate.
+    ran = set(needed_retrievers(contract, store, types))
+    extra = [r for r in extra if r in ran]
     for cid, score in window[:top_k]:
         row, i = rows[cid], pos[cid]
-        cos = None if math.isnan(cands.dense[i]) else float(cands.dense[i])
-        raw = None if math.isnan(cands.bm25[i]) else float(cands.bm25[i])
+        cos = None if "dense" not in ran or math.isnan(cands.dense[i]) else float(cands.dense[i])
+        raw = None if "bm25" not in ran or math.isnan(cands.bm25[i]) else float(cands.bm25[i])
         cov = None if raw is None or cands.bm25_bound <= 0 else min(1.0, raw / cands.bm25_bound)
         others = {r: float(cands.scores[r][i]) for r in extra if not math.isnan(cands.scores[r][i])}
         hits.append(Hit(
@@ -342,9 +346,11 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             section_path=row["section_path"], page=row["page"], filetype=row["filetype"],
             char_start=row["char_start"], char_end=row["char_end"], text=row["text"], score=round(score, 6),
             confidence=round(confidence({"dense": cos, "bm25": cov, **others}, weights), 4),
-            dense_score=None if cos is None else round(cos, 6), dense_rank=cands.dense_rank.get(cid),
+            dense_score=None if cos is None else round(cos, 6),
+            dense_rank=cands.dense_rank.get(cid) if "dense" in ran else None,
             bm25_score=None if raw is None else round(raw, 6),
-            bm25_coverage=None if cov is None else round(cov, 4), bm25_rank=cands.bm25_rank.get(cid),
+            bm25_coverage=None if cov is None else round(cov, 4),
+            bm25_rank=cands.bm25_rank.get(cid) if "bm25" in ran else None,
             retriever_scores={r: round(v, 6) for r, v in others.items()} or None,
             rerank_score=reranked.get("scores", {}).get(cid),
             line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),

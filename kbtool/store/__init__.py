@@ -127,7 +127,8 @@ class Store:
         mf.check_model({"embedding": self.model_record(name)}, model, self.path)
 
     def check_dim(self, vectors, where: str = "query", name: str = "dense") -> None:
-        mf.check_dim({"embedding": self.model_record(name)}, vectors, self.path, where)
+        mf.check_dim({"embedding": self.model_record(name)}, vectors, self.path, where,
+                     *(() if name == "dense" else ("`kbtool index --rebuild` (re-embeds every model)",)))
 
     # ---- further embedding models (dense:NAME) -------------------------------------------
     def vectors_for(self, name: str = "dense") -> VectorIndex:
@@ -162,7 +163,9 @@ class Store:
                 return f"dense:{name}"
             # A collection left by a crash between a drop's manifest write and its collection drop
             # holds another model's vectors under the same hashes: never reuse it.
-            if writable(self.path / "chroma" if (self.path / "chroma").is_dir() else self.path):
+            # (No chroma/: nothing left over; opening Chroma would make an empty one, which the
+            # store would take for its vectors.)
+            if (self.path / "chroma").is_dir() and writable(self.path / "chroma"):
                 open_vectors(self.path, self.manifest, retriever=f"dense:{name}").drop()
             models[name] = {**mf.embedding_record(spec), "indexed_generation": -1}
             self.save_manifest()
@@ -200,7 +203,8 @@ class Store:
             del models[name]
             self.save_manifest()
             self._extra_vectors.pop(f"dense:{name}", None)
-            vectors.drop()
+            if (self.path / "chroma").is_dir():  # else no vectors to drop: opening Chroma would make an empty chroma/
+                vectors.drop()
         return True
 
     def set_stemmer(self, name: str | None) -> bool:

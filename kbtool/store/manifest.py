@@ -235,7 +235,8 @@ def check_model(manifest: Manifest, model, where: Path) -> None:
         f"vectors with `kbtool index {shown} --rebuild`")
 
 
-def check_dim(manifest: Manifest, vectors, where: Path, kind: str = "query") -> None:
+def check_dim(manifest: Manifest, vectors, where: Path, kind: str = "query",
+              fix: str = "`kbtool index --model ... --rebuild`") -> None:
     """Vectors of another width than the store's: the endpoint now serves another model."""
     dim = manifest["embedding"].get("dim")
     got = int(np.asarray(vectors).shape[1]) if len(vectors) else dim
@@ -243,4 +244,4 @@ def check_dim(manifest: Manifest, vectors, where: Path, kind: str = "query") -> 
         raise ModelMismatchError(
             f"the embedding model returned {got}-d {kind} vectors; store {where} holds {dim}-d vectors "
             f"of {manifest['embedding']['model']!r}: point the model at the server of that model, or rebuild "
-            "with `kbtool index --model ... --rebuild`")
+            f"with {fix}")

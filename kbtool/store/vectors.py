@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -87,47 +87,70 @@ class ChromaVectors:
                     raise
             return self._collection
 
+    def _on(self, op: Callable):
+        """``op(collection)``. A collection another process dropped and made again (``index
+        --rebuild``, ``--drop-model`` then ``--add-model``) is looked up afresh, once: a Store kept
+        open (a server) otherwise holds a handle of a collection that no longer exists."""
+        try:
+            return op(self._col())
+        except Exception as exc:
+            if type(exc).__name__ != "NotFoundError":
+                raise
+            with self._lock:
+                self._collection = None
+            return op(self._col())
+
     def count(self) -> int:
-        return self._col().count()
+        return self._on(lambda col: col.count())
 
     def indexed(self) -> dict[str, str]:
-        col = self._col()
-        out: dict[str, str] = {}
-        offset = 0
-        while True:
-            got = col.get(include=["metadatas"], limit=_BATCH, offset=offset)
-            for cid, meta in zip(got["ids"], got["metadatas"]):
-                out[cid] = (meta or {}).get("index_hash", "")
-            if len(got["ids"]) < _BATCH:
-                return out
-            offset += _BATCH
+        def read(col) -> dict[str, str]:
+            out: dict[str, str] = {}
+            offset = 0
+            while True:
+                got = col.get(include=["metadatas"], limit=_BATCH, offset=offset)
+                for cid, meta in zip(got["ids"], got["metadatas"]):
+                    out[cid] = (meta or {}).get("index_hash", "")
+                if len(got["ids"]) < _BATCH:
+                    return out
+                offset += _BATCH
+
+        return self._on(read)
 
     def upsert(self, ids: list[str], vectors: np.ndarray, metadatas: list[dict]) -> None:
-        col = self._col()
-        for start in range(0, len(ids), _BATCH):
-            end = start + _BATCH
-            col.upsert(ids=ids[start:end], embeddings=np.asarray(vectors[start:end], dtype=np.float32),
-                       metadatas=metadatas[start:end])
+        def write(col) -> None:
+            for start in range(0, len(ids), _BATCH):
+                end = start + _BATCH
+                col.upsert(ids=ids[start:end], embeddings=np.asarray(vectors[start:end], dtype=np.float32),
+                           metadatas=metadatas[start:end])
+
+        self._on(write)
 
     def delete(self, ids: list[str]) -> None:
-        col = self._col()
-        for start in range(0, len(ids), _BATCH):
-            col.delete(ids=ids[start : start + _BATCH])
+        def remove(col) -> None:
+            for start in range(0, len(ids), _BATCH):
+                col.delete(ids=ids[start : start + _BATCH])
+
+        self._on(remove)
 
     def get(self, ids: list[str]) -> dict[str, np.ndarray]:
-        got = self._col().get(ids=list(ids), include=["embeddings"])
+        got = self._on(lambda col: col.get(ids=list(ids), include=["embeddings"]))
         vecs = got["embeddings"] if got["embeddings"] is not None else []
         return {cid: np.asarray(v, dtype=np.float32) for cid, v in zip(got["ids"], vecs)}
 
     def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
         """Nearest chunks by cosine for each query vector, best first, ties by id; ``doc_ids``
         restricts the search to these documents (inside Chroma, before ranking)."""
-        col = self._col()
-        n = col.count()
-        if n == 0 or (doc_ids is not None and not doc_ids):
-            return [[] for _ in range(len(vectors))]
-        where = {"doc_id": {"$in": list(doc_ids)}} if doc_ids is not None else None
-        res = col.query(query_embeddings=vectors, n_results=min(depth, n), where=where, include=["distances"])
+        def query(col):
+            n = col.count()
+            if n == 0 or (doc_ids is not None and not doc_ids):
+                return [[] for _ in range(len(vectors))]
+            where = {"doc_id": {"$in": list(doc_ids)}} if doc_ids is not None else None
+            return col.query(query_embeddings=vectors, n_results=min(depth, n), where=where, include=["distances"])
+
+        res = self._on(query)
+        if isinstance(res, list):
+            return res
         return [sorted(((cid, 1.0 - float(d)) for cid, d in zip(ids, dists)), key=lambda x: (-x[1], x[0]))
                 for ids, dists in zip(res["ids"], res["distances"])]
 
