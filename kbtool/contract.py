@@ -456,8 +456,9 @@ class Contract(_Strict):
         method = self.retrieve.fusion.method
         if method not in ("weighted", "rrf"):
             if method not in available:
-                raise ContractError(f"retrieve.fusion.method: the store has no retriever {method} (it has "
-                                    f"{', '.join(available)})")
+                raise ContractError(f"retrieve.fusion.method (or the mode): the store has no retriever {method} "
+                                    f"(it has {', '.join(available)}): add the model with `kbtool index "
+                                    f"--add-model`, or use one of these")
             return {method: 1.0}
         rule = self.rule_for(types, available)
         if rule is None:

@@ -186,3 +186,23 @@ def test_dropping_a_model_of_a_store_whose_chroma_folder_is_gone_does_not_make_i
     assert r.exit_code == 0, r.output
     after = Store.open(store.path)
     assert after.is_indexed() and after.vectors.count() == len(after.index_targets())
+
+
+def test_dense_mode_signals_do_not_depend_on_what_else_eval_gathered(sample_store, embedder):
+    """The dense mode of a contract whose model reads no BM25 signal runs no BM25 in a query; eval,
+    gathering BM25 for its other modes, must give the same signals (BM25's statistics unseen)."""
+    from kbtool.contract import AnswerabilityModel, default_contract
+    from kbtool.query.pipeline import answer, gather, retrieve, scope
+    from kbtool.query.retriever import contract_for_mode
+
+    base = default_contract()
+    base.decide.model = AnswerabilityModel(coefficients={"cosine": 4.0, "dense_margin": 3.0}, intercept=-2.0)
+    dense = contract_for_mode(base, "dense")
+    q = "What causes error TW-E5120 and how do I fix it?"
+    alone = retrieve(sample_store, dense, q, embedder=embedder)
+    sc = scope(sample_store, dense)
+    both = gather(sample_store, dense, [q], sc=sc, embedder=embedder, retrievers=("dense", "bm25"))[0]
+    assert both.term_weights is not None  # BM25 was gathered
+    via_eval = answer(sample_store, dense, both, sc=sc)
+    assert via_eval.signals == alone.signals
+    assert via_eval.confidence == alone.confidence and via_eval.decision == alone.decision

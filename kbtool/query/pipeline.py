@@ -14,7 +14,7 @@ import json
 import math
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -363,7 +363,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     top = best_hit.confidence if best_hit else None
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
-    sig = signals.compute(cands, window, best_hit, lambda cid: _tokens(store, cands, rows, cid), weights)
+    # The signals a query of this question sees: without BM25 among what it runs, none of BM25's
+    # statistics, however much eval or calibrate gathered.
+    seen = cands if "bm25" in ran else replace(cands, term_weights=None, bm25_bound=0.0)
+    sig = signals.compute(seen, window, best_hit, lambda cid: _tokens(store, cands, rows, cid), weights)
     if method == "bm25":  # BM25 alone: the dense retrievers' signals read 0 however the candidates were gathered
         sig.update({f: 0.0 for f in SIGNALS_OF["dense"]})
     model = contract.decide.model
