@@ -55,6 +55,11 @@ class ParseError(KbtoolError):
     """One file could not be parsed; ingest reports it and goes on."""
 
 
+class EmptyDocumentError(ParseError):
+    """A file or record with nothing to index (no bytes but whitespace, a BEIR record with neither
+    title nor text): ingest skips it — nothing is lost, so it fails nothing."""
+
+
 class ContractError(InputError):
     """The retrieval contract is malformed or asks for something the store cannot give."""
 

@@ -96,9 +96,10 @@ def test_beir_folder_ingests_with_doc_ids(tmp_path):
     write(beir / "corpus.jsonl", "\n".join(json.dumps(r) for r in records) + "\n")
     kb = tmp_path / "kb"
     r = run("ingest", "--format", "beir", beir, "--store", kb, "--json", "-q")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 0, r.output  # an empty record is skipped (nothing to index), not a failure
     report = json.loads(r.stdout)
-    assert sorted(report["added"]) == ["d1", "d2", "d3"] and report["failed"][0]["doc_id"] == "d4"
+    assert sorted(report["added"]) == ["d1", "d2", "d3"] and not report["failed"]
+    assert report["skipped"] == [{"path": "d4", "reason": "record has neither title nor text: nothing to index"}]
     r = run("query", "hypersonic shock", "--store", kb, "--json")
     assert json.loads(r.stdout)["hits"][0]["doc_id"] == "d2"
     r = run("ingest", "--format", "beir", beir, "--store", kb, "--json", "-q")
@@ -142,3 +143,44 @@ def test_contract_subcommands_and_options_are_in_the_readme():
         assert r.exit_code == 0
         for option in set(re.findall(r"(--[a-z][a-z-]+)", r.stdout)) - {"--help"}:
             assert option in readme, f"contract {sub} {option} is not documented in README.md"
+
+
+def test_a_failed_file_fails_the_ingest_unless_allowed(tmp_path):
+    """A CI recipe `kbtool ingest docs && kbtool eval ...` must never gate a store that missed
+    files: any failed file exits 1 (after ingesting the rest); --allow-failures N accepts N; the
+    terminal names the first ten, --json lists every one; an empty file is skipped, not failed."""
+    docs = tmp_path / "docs"
+    write(docs / "good.md", "# Good\n\nThe word marmaladefox lives here.\n")
+    write(docs / "empty.md", "   \n")
+    for i in range(12):
+        (docs / f"bad{i:02d}.pdf").write_bytes(b"%PDF-1.4 garbage")
+    kb = tmp_path / "kb"
+    r = run("ingest", docs, "--store", kb, "-q")
+    assert r.exit_code == 1, r.output
+    assert "12 file(s) failed" in r.stderr and "--allow-failures 12" in r.stderr and "Traceback" not in r.output
+    assert "bad09.pdf" in r.stderr and "bad10.pdf" not in r.stderr and "and 2 more" in r.stderr
+    assert "empty.md" not in r.stderr  # quiet: skipped files are not listed
+    r = run("query", "marmaladefox", "--store", kb, "-m", "bm25", "--json")
+    assert json.loads(r.stdout)["hits"][0]["doc_id"] == "good.md"  # the rest was ingested
+    r = run("ingest", docs, "--store", kb, "--json", "-q")
+    assert r.exit_code == 1
+    report = json.loads(r.stdout)
+    assert len(report["failed"]) == 12 and report["skipped"][0]["path"] == "empty.md"
+    r = run("ingest", docs, "--store", kb, "-q", "--allow-failures", "12")
+    assert r.exit_code == 0, r.output
+    r = run("ingest", docs, "--store", kb, "-q", "--allow-failures", "11")
+    assert r.exit_code == 1 and "(allowed: 11)" in r.stderr
+    r = run("ingest", docs, "--store", kb, "-q", "--strict", "--allow-failures", "12")
+    assert r.exit_code == 0  # the old opt-in still parses
+
+
+def test_the_same_folder_under_another_root_fails_loudly(tmp_path):
+    """The CI-cache case: a store built from one checkout, ingested from another path: each
+    document id already comes from the first root, every file fails, and the ingest says so by
+    exit code (it used to exit 0 and let a stale store be gated)."""
+    for root in ("a", "b"):
+        write(tmp_path / root / "docs" / "x.md", "# X\n\nsame text\n")
+    kb = tmp_path / "kb"
+    assert run("ingest", tmp_path / "a" / "docs", "--store", kb, "-q").exit_code == 0
+    r = run("ingest", tmp_path / "b" / "docs", "--store", kb, "-q")
+    assert r.exit_code == 1 and "already comes from" in r.stderr and "1 file(s) failed" in r.stderr

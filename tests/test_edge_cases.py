@@ -57,8 +57,17 @@ def test_a_changed_file_that_no_longer_parses_leaves_the_store(tmp_path, store, 
     assert bm25_docs(store, embedder, "quokka") == ["a.md"]
     (docs / "a.md").write_bytes(b"")
     report = ingest(store, [docs], embedder=embedder)
-    assert report.failed[0]["doc_id"] == "a.md" and report.failed[0]["removed_previous_version"]
+    assert report.skipped[0]["path"] == "a.md" and report.skipped[0]["removed_previous_version"]
     assert bm25_docs(store, embedder, "quokka") == []
+    (docs / "a.md").write_bytes(b"%PDF-1.4 garbage")
+    (docs / "a.md").rename(docs / "a.pdf")
+    write(docs / "a.md", "# A\n\nzebra quokka unique words\n")
+    ingest(store, [docs], embedder=embedder)
+    (docs / "a.md").write_bytes(b"\x00\x01\x02 binary \xff\xfe")
+    report = ingest(store, [docs], embedder=embedder)
+    gone = {f["doc_id"]: f for f in report.failed}
+    assert "a.pdf" in gone and "removed_previous_version" not in gone["a.pdf"]  # never ingested
+    assert bm25_docs(store, embedder, "quokka") == []  # binary a.md: failed or skipped, never served stale
 
 
 def test_changing_encoding_reparses_an_unchanged_file(tmp_path, store, embedder):

@@ -100,7 +100,8 @@ def test_bad_file_is_reported_and_skipped_not_fatal(corpus, store, embedder):
     (corpus / "empty.txt").write_bytes(b"")
     report = ingest(store, [corpus], embedder=embedder)
     failed = {f["doc_id"]: f["reason"] for f in report.failed}
-    assert set(failed) == {"broken.pdf", "empty.txt"}
+    assert set(failed) == {"broken.pdf"}  # corrupt: a failure
+    assert {"path": "empty.txt", "reason": "empty file: nothing to index"} in report.skipped  # empty: nothing lost
     assert len(report.added) == 3 and report.index.chunks > 0
 
 

@@ -23,7 +23,8 @@ def ingest(
     keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
     max_file_size: Annotated[Optional[float], typer.Option("--max-file-size", help=f"Skip files larger than this many MB, whatever their type (default, per type: {size_limits_text()}).")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any file failed to parse.")] = False,
+    allow_failures: Annotated[int, typer.Option("--allow-failures", min=0, metavar="N", help="Exit 0 even if up to N files fail to parse (default 0: any failure exits 1).")] = 0,
+    strict: Annotated[bool, typer.Option("--strict", hidden=True, help="Kept for old scripts: failing on any failed file is the default.")] = False,
     markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
     include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, --8<-- \"path\") resolve against, inside the ingested folder [default: the ingested folder].")] = None,
     meta_from_path: Annotated[Optional[List[str]], typer.Option("--meta-from-path", help="Metadata from the document path, e.g. 'docs/{lang}/**' gives lang=en (repeatable).")] = None,
@@ -95,11 +96,20 @@ def ingest(
         _render(report, kb.path, quiet)
         if hint and not quiet:
             err.print(hint, highlight=False, markup=False)
-    if strict and report.failed:
+    failed = len(report.failed)
+    if failed > allow_failures:
+        err.print(f"ingest: {failed} file(s) failed" + (f" (allowed: {allow_failures})" if allow_failures else "")
+                  + ": fix them (the reasons are above" + (", all in --json" if not json_ else "")
+                  + f"), or accept them with --allow-failures {failed}", highlight=False, markup=False)
         raise typer.Exit(1)
 
 
+FIRST_FAILURES = 10  # failures named on the terminal; --json lists all
+
+
 def _render(report, store_path, quiet: bool) -> None:
+    from rich.markup import escape
+
     c = report.to_dict()["counts"]
     line = (f"[bold]{store_path}[/]: {c['added']} added, {c['updated']} updated, {c['unchanged']} unchanged, "
             f"{c['removed']} removed, {c['failed']} failed")
@@ -121,8 +131,11 @@ def _render(report, store_path, quiet: bool) -> None:
                   f"{i.upserted} written, {i.deleted} deleted", highlight=False)
     for w in report.warnings:
         err.print(f"warning: {w}", highlight=False, markup=False)
-    for f in report.failed:
-        err.print(f"[red]failed[/] {f['doc_id']}: {f['reason']}", highlight=False)
+    for f in report.failed[:FIRST_FAILURES]:
+        err.print(f"[red]failed[/] {escape(f['doc_id'])}: {escape(f['reason'])}", highlight=False)
+    if len(report.failed) > FIRST_FAILURES:
+        err.print(f"[red]failed[/] … and {len(report.failed) - FIRST_FAILURES} more (`--json` lists every one)",
+                  highlight=False)
     if not quiet:
         for s in report.skipped:
             err.print(f"[dim]skipped {s['path']}: {s['reason']}[/]", highlight=False)

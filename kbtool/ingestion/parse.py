@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsing hands these on)
-from ..errors import ParseError
+from ..errors import EmptyDocumentError, ParseError
 
 SUPPORTED = {
     ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
@@ -445,7 +445,7 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
     if data is None:
         data, mtime = read_file(path, max_bytes)
     if not data.strip():
-        raise ParseError("empty file")
+        raise EmptyDocumentError("empty file")
     extra: dict = {}
     try:
         blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra, progress)

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from ..chunk import ChunkParams, chunk
 from ..document import RESERVED_META, ParsedDocument, check_metadata_keys, fingerprint
-from ..errors import InputError, ParseError, UsageError
+from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
@@ -296,12 +296,14 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
             try:
                 status = _ingest_one(store, src, root, known, meta_json, opts_json, options, report, progress)
             except ParseError as exc:
-                entry = {"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)}
+                empty = isinstance(exc, EmptyDocumentError)
+                entry = ({"path": src.doc_id, "reason": f"{exc}: nothing to index"} if empty
+                         else {"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)})
                 if src.doc_id in known and known[src.doc_id][0] == root:
                     # Never answer from content that no longer exists.
                     store.remove_documents([src.doc_id])
                     entry["removed_previous_version"] = True
-                report.failed.append(entry)
+                (report.skipped if empty else report.failed).append(entry)
                 status = None
             if status:
                 getattr(report, status).append(src.doc_id)
@@ -357,7 +359,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         doc: ParsedDocument = beir_document(src.doc_id, src.beir["title"], src.beir["text"], sha)
         doc.path = str(src.path)
         if not doc.blocks:
-            raise ParseError("record has neither title nor text")
+            raise EmptyDocumentError("record has neither title nor text")
     else:
         from .markup import MarkupRules
         from .parse import MarkupContext
