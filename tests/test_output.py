@@ -80,3 +80,22 @@ def test_progress_lines_are_throttled():
         common.err = real
     assert printed[-1].startswith("embedding: 1000/1000 (100%)")
     assert len(printed) <= 2  # a fast stage: at most one line on the way, one at the end
+
+
+def _with_reader_gone(args: list[str]) -> tuple[int, str]:
+    """Run kbtool with its stdout reader gone before it writes (`kbtool ... | head -0`)."""
+    p = subprocess.Popen(KBTOOL + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    return p.wait(timeout=300), err
+
+
+def test_a_closed_pipe_keeps_the_commands_own_exit_code(sample_store):
+    """`kbtool query ... | head -1` exits 0 with nothing on stderr (was 1: BrokenPipeError), and
+    under `set -o pipefail` a failing gate still says 3, not the pipe's error."""
+    rc, err = _with_reader_gone(["query", "refund window in the EU", "--store", str(sample_store.path)])
+    assert (rc, err) == (0, "")
+    rc, err = _with_reader_gone(["eval", str(ROOT / "eval_sets" / "sample.jsonl"), "--store", str(sample_store.path),
+                                 "--modes", "bm25", "--fail-under", "bm25:ndcg@10>=0.99", "-q"])
+    assert rc == 3, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -44,5 +44,44 @@ def _root(
 from . import calibrate, chunk, contract, doctor, eval, index, ingest, query, status  # noqa: E402,F401  (registers the commands)
 
 
+class _ClosedPipeSafe:
+    """stdout for a process whose reader may go away (`kbtool query ... | head -1`): once a write
+    meets a closed pipe, the rest of the output goes to /dev/null and the command runs on, so it
+    exits with its own code (0, or a gate's 3) instead of a BrokenPipeError's traceback and 1."""
+
+    def __init__(self, stream):
+        self._stream, self.closed_pipe = stream, False
+
+    def write(self, text):
+        if not self.closed_pipe:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._to_devnull()
+        return len(text)
+
+    def flush(self):
+        if not self.closed_pipe:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._to_devnull()
+
+    def _to_devnull(self):
+        self.closed_pipe = True
+        try:  # what is still buffered (and Python's flush at exit) lands nowhere, without an error
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main() -> None:
+    import sys
+
+    sys.stdout = _ClosedPipeSafe(sys.stdout)
     app()
