@@ -362,3 +362,13 @@ def test_calibrated_weights_go_to_the_rule_the_store_applies_and_no_other():
         new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
         assert [r.weights.as_dict() for r in new.retrieve.rules if r.when == "cjk"] == want, retrievers
         assert new.retriever_weights({"cjk"}, retrievers) == pytest.approx({k: v for k, v in cjk.items() if v})
+
+
+def test_threshold_rates_print_their_counts():
+    """'1 of 8 (12.5%)', never '12% of 8' (a rate rounded to whole percent hid the count)."""
+    from kbtool.cli.calibrate_render import _of
+
+    assert _of(0.125, 8) == "1 of 8 (12.5%)"
+    assert _of(0.0, 6) == "0 of 6 (0%)"
+    assert _of(0.2143, 28) == "6 of 28 (21.4%)"
+    assert _of(None, 0) == "– of 0"

@@ -51,10 +51,10 @@ def render(result, console) -> None:
         rows = {"default": result.thresholds["default"], **result.thresholds["tiers"]}
         for name, r in rows.items():
             t.add_row(escape(name), f"{r['answer']:.3f}", f"{r['low_confidence']:.3f}",
-                      f"{r['false_answer']:.0%} of {r['unanswerable']}", f"{r['false_refusal']:.0%} of {r['answerable']}")
+                      _of(r["false_answer"], r["unanswerable"]), _of(r["false_refusal"], r["answerable"]))
         o = result.thresholds["overall"]
-        t.add_row("all questions", "", "", f"{o['false_answer']:.0%} of {o['unanswerable']}",
-                  f"{o['false_refusal']:.0%} of {o['answerable']}")
+        t.add_row("all questions", "", "", _of(o["false_answer"], o["unanswerable"]),
+                  _of(o["false_refusal"], o["answerable"]))
         console.print(t)
     for note in result.notes:
         console.print(f"[yellow]note[/] {escape(note)}", highlight=False)
@@ -80,6 +80,15 @@ def _f(x) -> str:
 
 def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.0%}"
+
+
+def _of(rate: float | None, total: int) -> str:
+    """'1 of 8 (12.5%)': the count first (a rate rounded to whole percent hid it: '12% of 8')."""
+    if rate is None or not total:
+        return f"– of {total}"
+    n = round(rate * total)
+    pct = 100 * n / total
+    return f"{n} of {total} ({pct:.0f}%)" if pct == round(pct) else f"{n} of {total} ({pct:.1f}%)"
 
 
 def _ci(iv) -> str:
