@@ -184,3 +184,21 @@ def test_the_same_folder_under_another_root_fails_loudly(tmp_path):
     assert run("ingest", tmp_path / "a" / "docs", "--store", kb, "-q").exit_code == 0
     r = run("ingest", tmp_path / "b" / "docs", "--store", kb, "-q")
     assert r.exit_code == 1 and "already comes from" in r.stderr and "1 file(s) failed" in r.stderr
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_help_shows_defaults_plain_flags_and_fits_80_columns(columns):
+    """--help: defaults and bracketed text are shown (Rich markup used to eat '[default: ./.kb]'),
+    boolean flags take no value placeholder ('--context <bool>' suggested `--context true`, which
+    fails), text wraps at 80 columns whatever the terminal, and examples are not cut."""
+    env = {**__import__("os").environ, "COLUMNS": columns}
+    for command in ("query", "ingest", "eval", "calibrate", "index", "status"):
+        r = subprocess.run([sys.executable, "-m", "kbtool", command, "--help"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert max(len(line) for line in lines) <= 80, (command, max(lines, key=len))
+        assert "[default: ./.kb; env" in r.stdout, command
+        assert not [line for line in lines if re.search(r"--(json|quiet|context|rebuild)\b\s+<", line)], command
+    r = subprocess.run([sys.executable, "-m", "kbtool", "query", "--help"], capture_output=True, text=True, env=env)
+    assert "openai:http://HOST:PORT/v1#NAME" in r.stdout and "Number of results [default:" in r.stdout
