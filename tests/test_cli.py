@@ -202,3 +202,29 @@ def test_help_shows_defaults_plain_flags_and_fits_80_columns(columns):
         assert not [line for line in lines if re.search(r"--(json|quiet|context|rebuild)\b\s+<", line)], command
     r = subprocess.run([sys.executable, "-m", "kbtool", "query", "--help"], capture_output=True, text=True, env=env)
     assert "openai:http://HOST:PORT/v1#NAME" in r.stdout and "Number of results [default:" in r.stdout
+
+
+def test_query_batch_answers_many_questions_in_one_process_as_single_queries_do(sample_store, tmp_path):
+    """`kbtool query --batch FILE|-`: one JSON answer per line, in input order, ids kept, per-line
+    filters applied; each answer is the one a single `query --json` gives (one pipeline)."""
+    kb = str(sample_store.path)
+    lines = ["What causes error TW-E5120 and how do I fix it?",
+             json.dumps({"id": "r1", "question": "refund window", "filters": ["dir=policies/**"]}),
+             "",
+             json.dumps({"id": "z", "question": "出现同步冲突时，我的修改会丢失吗？", "tags": ["zh"]})]
+    batch = write(tmp_path / "questions.txt", "\n".join(lines) + "\n")
+    r = run("query", "--batch", batch, "--store", kb)
+    assert r.exit_code == 0, r.output
+    got = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [g.get("id") for g in got] == [None, "r1", "z"]
+    assert got[1]["filters"] == ["dir=policies/**"] and all(h["doc_id"].startswith("policies/") for h in got[1]["hits"])
+    single = json.loads(run("query", "refund window", "-f", "dir=policies/**", "--store", kb, "--json").stdout)
+    assert [h["chunk_id"] for h in got[1]["hits"]] == [h["chunk_id"] for h in single["hits"]]
+    assert got[1]["decision"] == single["decision"] and got[1]["confidence"] == single["confidence"]
+    r = runner.invoke(app, ["query", "--batch", "-", "--store", kb], input="refund window\n")
+    assert r.exit_code == 0 and json.loads(r.stdout)["question"] == "refund window"
+    bad = write(tmp_path / "bad.txt", "fine question\n{\"question\": 3}\n")
+    r = run("query", "--batch", bad, "--store", kb)
+    assert r.exit_code != 0 and f"{bad}:2" in r.stderr and "Traceback" not in r.output
+    r = run("query", "x", "--batch", bad, "--store", kb)
+    assert r.exit_code == 2 and "not both" in r.output

@@ -12,7 +12,8 @@ from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, contract
 @app.command()
 @handle_errors
 def query(
-    text: Annotated[str, typer.Argument(metavar="TEXT", help="The question or keywords.")],
+    text: Annotated[Optional[str], typer.Argument(metavar="TEXT", help="The question or keywords (or --batch).")] = None,
+    batch: Annotated[Optional[str], typer.Option("--batch", metavar="FILE", help="Answer every question of FILE ('-': stdin) in one process: a line is a question, or a JSON object {\"question\", \"id\", \"filters\", \"tags\"}; writes one JSON answer per line (JSONL) on stdout.")] = None,
     mode: Annotated[str, typer.Option("--mode", "-m", help="contract (its fusion and rules), dense, bm25, hybrid (RRF k=60), rrf:K or weighted:W.")] = "contract",
     top_k: Annotated[Optional[int], typer.Option("--top-k", "-k", min=1, help="Number of results [default: the contract's retrieve.top_k].")] = None,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value, key=a|b, dir=docs/** (glob), key!=v, updated>=2024-01-01 (repeatable); applied inside both retrievers.")] = None,
@@ -35,7 +36,10 @@ def query(
 
     from ..query.preprocess import clean
 
-    if not clean(text):
+    if (text is None) == (batch is None):
+        raise typer.BadParameter("give a question, or --batch FILE, not both" if text is not None
+                                 else "give a question (TEXT), or --batch FILE", param_hint="TEXT")
+    if batch is None and not clean(text):
         raise typer.BadParameter("the query is empty", param_hint="TEXT")
     loaded = load_contract_opt(contract, set_)
     source = contract_source(contract, loaded)
@@ -52,6 +56,10 @@ def query(
         from ..embed.base import with_overrides
 
         embedder = load_embedder(with_overrides(kb.embedding_spec(), url=parse_model(model).url))
+    if batch is not None:
+        _batch(kb, c, batch, filters=filter_ or [], principal=principal, allow=allow, tags=tag or [], top_k=top_k,
+               trace=trace, embedder=embedder, source=source)
+        return
     ans = retrieve(kb, c, text, filters=filter_ or [], principal=principal, allow=allow, tags=tag or [],
                    top_k=top_k, trace_path=trace, embedder=embedder)
     for warning in ans.explanation.get("filter_warnings", []):
@@ -64,6 +72,64 @@ def query(
         return
     _render(ans, mode)
     out.print(contract_line(source, bool(set_)), style="dim", highlight=False, markup=False)
+
+
+def _batch(kb, contract, file: str, *, filters, principal, allow, tags, top_k, trace, embedder, source) -> None:
+    """One JSON answer per question, in input order. Questions with the same filters and tags are
+    retrieved together (embedded in batches, the model loaded once)."""
+    import json
+    import sys
+
+    from ..query.pipeline import retrieve
+
+    items = list(_batch_questions(file))
+    groups: dict[tuple, list[int]] = {}
+    for i, q in enumerate(items):
+        groups.setdefault((tuple(q["filters"]), tuple(q["tags"])), []).append(i)
+    answers: list = [None] * len(items)
+    for (extra, qtags), idx in groups.items():
+        got = retrieve(kb, contract, [items[i]["question"] for i in idx], filters=[*filters, *extra],
+                       principal=principal, allow=allow, tags=[*tags, *qtags], top_k=top_k, trace_path=trace,
+                       embedder=embedder)
+        for i, a in zip(idx, got):
+            answers[i] = a
+    for q, a in zip(items, answers):
+        sys.stdout.write(json.dumps({**({"id": q["id"]} if q["id"] is not None else {}), **a.to_dict(),
+                                     "contract": source}, ensure_ascii=False, default=str) + "\n")
+
+
+def _batch_questions(file: str):
+    """{question, id, filters, tags} per non-empty line of FILE ('-': stdin); InputError names file:line."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from ..errors import InputError
+    from ..query.preprocess import clean
+
+    name = "stdin" if file == "-" else file
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--batch {name}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise InputError(f"{name}:{n}: not valid JSON ({exc.msg}): write one question or one JSON object per line") from None
+            q = rec.get("question")
+            filters, qtags = rec.get("filters", []), rec.get("tags", [])
+            if not isinstance(q, str) or not clean(q):
+                raise InputError(f"{name}:{n}: \"question\" must be a non-empty string")
+            if not (isinstance(filters, list) and all(isinstance(f, str) for f in filters)
+                    and isinstance(qtags, list) and all(isinstance(t, str) for t in qtags)):
+                raise InputError(f"{name}:{n}: \"filters\" and \"tags\" must be lists of strings")
+            yield {"question": q, "id": rec.get("id"), "filters": filters, "tags": qtags}
+        elif clean(line):
+            yield {"question": line.strip(), "id": None, "filters": [], "tags": []}
 
 
 def _render(ans, mode: str) -> None:
