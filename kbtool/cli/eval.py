@@ -19,7 +19,7 @@ def _csv(values: Optional[List[str]]) -> list[str]:
 @handle_errors
 def eval_(
     questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Question set: kbtool JSONL, a BEIR folder, or a queries file with --qrels.")],
-    modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,contract]; also hybrid (RRF k=60), rrf:K and weighted:W.")] = None,
+    modes: Annotated[Optional[List[str]], typer.Option("--modes", help="Modes to compare, comma-separated or repeated [default: bm25,dense,contract]; also hybrid (RRF k=60), rrf:K and weighted:W; with added models dense:NAME, rrf:R1+R2, weighted:R1=W1+R2=W2.")] = None,
     contract: Annotated[Optional[List[Path]], typer.Option("--contract", help="Contract file; repeat to compare contracts side by side (each becomes a mode named after its file) [default: as for query].")] = None,
     set_: SetOpt = None,
     k: Annotated[Optional[List[str]], typer.Option("--k", help="Cut-offs, comma-separated or repeated [default: 1,3,5,10].")] = None,

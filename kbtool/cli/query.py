@@ -14,7 +14,7 @@ from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, contract
 def query(
     text: Annotated[Optional[str], typer.Argument(metavar="TEXT", help="The question or keywords (or --batch).")] = None,
     batch: Annotated[Optional[str], typer.Option("--batch", metavar="FILE", help="Answer every question of FILE ('-': stdin) in one process: a line is a question, or a JSON object {\"question\", \"id\", \"filters\", \"tags\"}; writes one JSON answer per line (JSONL) on stdout.")] = None,
-    mode: Annotated[str, typer.Option("--mode", "-m", help="contract (its fusion and rules), dense, bm25, hybrid (RRF k=60), rrf:K or weighted:W.")] = "contract",
+    mode: Annotated[str, typer.Option("--mode", "-m", help="contract (its fusion and rules), dense, bm25, hybrid (RRF k=60), rrf:K, weighted:W; with added models dense:NAME, rrf:R1+R2, weighted:R1=W1+R2=W2.")] = "contract",
     top_k: Annotated[Optional[int], typer.Option("--top-k", "-k", min=1, help="Number of results [default: the contract's retrieve.top_k].")] = None,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value, key=a|b, dir=docs/** (glob), key!=v, updated>=2024-01-01 (repeatable); applied inside both retrievers.")] = None,
     principal: Annotated[Optional[str], typer.Option("--principal", help="Query as this principal (access.principals in the contract): documents it may not read never appear.")] = None,
