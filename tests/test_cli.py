@@ -14,7 +14,7 @@ from kbtool.cli import app
 from .conftest import ROOT, write
 
 runner = CliRunner()
-COMMANDS = ["ingest", "chunk", "index", "query", "status", "eval", "calibrate", "doctor"]
+COMMANDS = ["ingest", "chunk", "chunks", "index", "query", "status", "eval", "calibrate", "doctor"]
 
 
 @pytest.fixture
@@ -228,3 +228,29 @@ def test_query_batch_answers_many_questions_in_one_process_as_single_queries_do(
     assert r.exit_code != 0 and f"{bad}:2" in r.stderr and "Traceback" not in r.output
     r = run("query", "x", "--batch", bad, "--store", kb)
     assert r.exit_code == 2 and "not both" in r.output
+
+
+def test_chunks_shows_what_a_document_was_cut_into(sample_store):
+    """`kbtool chunks`: every document a line; one document's chunks with section path, lines,
+    tokens and the exact text embedded; --over-limit the chunks the model truncates; --json."""
+    kb = str(sample_store.path)
+    status = json.loads(run("status", "--store", kb, "--json").stdout)
+    listing = json.loads(run("chunks", "--store", kb, "--json").stdout)
+    assert sum(d["chunks"] for d in listing) == status["chunks"]
+    assert sum(d["over_limit"] for d in listing) == status["chunks_over_model_limit"] >= 1
+    over = json.loads(run("chunks", "--over-limit", "--store", kb, "--json").stdout)
+    assert len(over) == status["chunks_over_model_limit"]
+    assert all(c["over_limit"] and c["tokens"] > c["limit"] for c in over)
+    doc = over[0]["doc_id"]
+    mine = json.loads(run("chunks", doc, "--store", kb, "--json").stdout)
+    assert [c["n"] for c in mine] == list(range(len(mine))) and {c["doc_id"] for c in mine} == {doc}
+    rows = sample_store.chunks_by_id([c["chunk_id"] for c in mine])
+    for c in mine:  # the embedded text is the section prefix and the stored text, as index embeds it
+        row = rows[c["chunk_id"]]
+        assert c["embedded"].endswith(row["text"]) and c["embedded"].startswith(row["prefix"])
+        assert c["section_path"] == row["section_path"]
+    assert any(c["lines"] for c in mine)
+    r = run("chunks", doc, "--store", kb)
+    assert r.exit_code == 0 and "over" in r.stdout and mine[0]["section_path"].split(" > ")[0] in r.stdout
+    r = run("chunks", doc[:-1], "--store", kb)
+    assert r.exit_code == 1 and f"did you mean '{doc}'" in r.stderr

@@ -299,6 +299,25 @@ class Store:
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         return self.catalog.chunks_by_id(chunk_ids)
 
+    def chunks(self, doc_id: str | None = None, over_limit: bool = False) -> list[dict]:
+        """What `kbtool chunks` shows, in catalog order: one document's chunks, or (``over_limit``)
+        every chunk longer than the model's token limit; each with its section path, lines, token
+        count, ``over_limit`` and ``embedded`` (the exact text embedded and BM25-indexed: section
+        prefix and text). StoreError naming close ids for a document the store does not hold."""
+        limit = self.manifest["embedding"].get("max_tokens") or 256
+        if doc_id is not None and self.document_text(doc_id) is None:
+            import difflib
+
+            close = difflib.get_close_matches(doc_id, self.document_ids(), n=3, cutoff=0.5)
+            raise StoreError(f"store {self.path} has no document {doc_id!r}"
+                             + (f": did you mean {', '.join(repr(c) for c in close)}?" if close
+                                else ": `kbtool status` counts them, `kbtool chunks` lists them"))
+        rows = self.catalog.chunk_listing(doc_id, limit if over_limit else None)
+        return [{"chunk_id": r["chunk_id"], "doc_id": r["doc_id"], "n": r["ordinal"], "section_path": r["section_path"],
+                 "page": r["page"], "lines": [r["line_start"], r["line_end"]] if r["line_start"] else None,
+                 "tokens": r["n_tokens"], "limit": limit, "over_limit": r["n_tokens"] > limit,
+                 "embedded": embed_text(r["prefix"], r["text"])} for r in rows]
+
     def chunk_metadata(self) -> list[tuple[str, str, dict]]:
         """(chunk_id, doc_id, metadata) of every chunk, read once per catalog generation."""
         cache, gen = self._meta_cache, self.generation()

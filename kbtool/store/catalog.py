@@ -314,6 +314,20 @@ class Catalog:
             "SELECT chunk_id FROM chunks WHERE instr(lower(prefix || ' ' || text), ?) > 0", (needle,))
         return [r[0] for r in rows]
 
+    def chunk_listing(self, doc_id: str | None = None, over: int | None = None) -> list[dict]:
+        """Chunks in catalog order with what `kbtool chunks` shows: of one document, or (``over``)
+        those whose embedded text has more than ``over`` model tokens."""
+        where, args = [], []
+        if doc_id is not None:
+            where.append("doc_id = ?")
+            args.append(doc_id)
+        if over is not None:
+            where.append("n_tokens > ?")
+            args.append(over)
+        q = ("SELECT chunk_id, doc_id, ordinal, section_path, page, line_start, line_end, n_tokens, prefix, text "
+             "FROM chunks" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY doc_id, ordinal")
+        return [dict(r) for r in self.db.execute(q, args)]
+
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         out = {}
         for part in _batches(chunk_ids):
