@@ -99,3 +99,18 @@ def test_a_closed_pipe_keeps_the_commands_own_exit_code(sample_store):
                                  "--modes", "bm25", "--fail-under", "bm25:ndcg@10>=0.99", "-q"])
     assert rc == 3, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_eval_tables_lead_with_the_headline_metrics(sample_store):
+    """The default table is the headline (hit_rate@5, mrr@10, ndcg@10) per mode, not 24 rows;
+    --all-metrics or --k/--metrics show the rest; the JSON always has everything."""
+    args = KBTOOL + ["eval", str(ROOT / "eval_sets" / "sample.jsonl"), "--store", str(sample_store.path), "-q",
+                     "--modes", "bm25,contract"]
+    short = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=300).stdout
+    main = short.split("Retrieval quality by mode")[1].split("Fused mode")[0]
+    assert "ndcg@10" in main and "hit_rate@5" in main and "hit_rate@1" not in main and "ndcg@3" not in main
+    full = subprocess.run(args + ["--all-metrics"], capture_output=True, text=True, env=_env(), timeout=300).stdout
+    main = full.split("Retrieval quality by mode")[1].split("Fused mode")[0]
+    assert "hit_rate@1" in main and "ndcg@3" in main
+    k3 = subprocess.run(args + ["--k", "3"], capture_output=True, text=True, env=_env(), timeout=300).stdout
+    assert "ndcg@3" in k3.split("Retrieval quality by mode")[1].split("Fused mode")[0]

@@ -39,6 +39,7 @@ def eval_(
     fail_under_recorded: Annotated[Optional[float], typer.Option("--fail-under-recorded", min=0, help="Exit 3 when the contract mode falls more than this below any metric recorded by `kbtool calibrate --write`, its false-refusal rate rises more than this above the recorded one, or its correct-refusal rate falls more than this below it.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, per_question.csv, run.<mode>.trec, qrels.trec and report.html here.")] = None,
     store: StoreOpt = None,
+    all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Show every metric at every cut-off in the tables (default: hit_rate@5, mrr@10, ndcg@10 when --metrics and --k are not given; --json always has all).")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
@@ -170,7 +171,7 @@ def eval_(
     else:
         from .eval_render import render
 
-        render(report, out)
+        render(report, out, all_metrics=all_metrics or bool(metrics) or bool(k))
     if not gates_ok or (fail_on_regression and regressions):
         why = [g["spec"] + f" (got {g['actual']})" for g in report.gates if not g["passed"]]
         why += [f"significant regression in {r}" for r in regressions] if fail_on_regression else []

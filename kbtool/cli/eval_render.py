@@ -25,8 +25,11 @@ def _ids(ids: list[str], n: int = 8) -> str:
     return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
 
 
-def render(report, console) -> None:
+def render(report, console, all_metrics: bool = True) -> None:
+    """``all_metrics`` False: the tables show the headline metrics (``HEADLINE``) only."""
     data = report.to_dict()
+    names = report.config.metric_names()
+    shown = names if all_metrics else [n for n in names if n in HEADLINE] or names
     modes = data["config"]["modes"]
     qs = data["question_set"]
     line = contract_line(data.get("contract"))
@@ -39,7 +42,7 @@ def render(report, console) -> None:
     table.add_column("metric", no_wrap=True)
     for m in modes:
         table.add_column(escape(m), justify="right", no_wrap=True)
-    for name in report.config.metric_names():
+    for name in shown:
         table.add_row(name, *_best([data["metrics"][m][name] for m in modes]))
     console.print(table)
 
@@ -49,7 +52,7 @@ def render(report, console) -> None:
         t.add_column("metric", no_wrap=True)
         for f in deltas:
             t.add_column(escape(f), justify="right", no_wrap=True)
-        for name in report.config.metric_names():
+        for name in shown:
             cells = []
             for per in deltas.values():
                 d = per[name]
