@@ -1,0 +1,36 @@
+"""The README's examples run: every code block marked `<!-- runnable -->` is executed as it stands,
+in a fresh folder holding a copy of sample_corpus/ (as a user would from the repository's root)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+BLOCK = re.compile(r"^<!-- runnable -->\n```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+def runnable_blocks() -> list[tuple[str, str]]:
+    return BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+
+
+def test_the_readme_marks_its_python_example_runnable():
+    langs = [lang for lang, _ in runnable_blocks()]
+    assert "python" in langs
+
+
+@pytest.mark.parametrize("n", range(len(runnable_blocks())))
+def test_readme_block_runs(n, tmp_path):
+    lang, code = runnable_blocks()[n]
+    assert lang == "python", f"runnable block {n} is {lang}: only python blocks are run"
+    shutil.copytree(ROOT / "sample_corpus", tmp_path / "sample_corpus")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"README block {n} failed:\n{r.stderr[-3000:]}"
+    assert "Traceback" not in r.stderr
+    if "retrieve(" in code:
+        assert re.search(r"^(answer|low_confidence|refuse) ", r.stdout, re.M), r.stdout[-2000:]
