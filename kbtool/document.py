@@ -44,6 +44,7 @@ class ParsedDocument:
     metadata: dict = field(default_factory=dict)  # from the document itself (front matter)
     markup_stats: dict = field(default_factory=dict)
     includes: dict = field(default_factory=dict)  # included file -> sha256
+    missing_includes: list = field(default_factory=list)  # include directives whose file was not found
 
     @property
     def text(self) -> str:

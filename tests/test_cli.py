@@ -254,3 +254,20 @@ def test_chunks_shows_what_a_document_was_cut_into(sample_store):
     assert r.exit_code == 0 and "over" in r.stdout and mine[0]["section_path"].split(" > ")[0] in r.stdout
     r = run("chunks", doc[:-1], "--store", kb)
     assert r.exit_code == 1 and f"did you mean '{doc}'" in r.stderr
+
+
+def test_missing_includes_are_named_with_their_file(tmp_path):
+    """An include whose file is missing is named (document, directive) with the way out
+    (--include-root); --json lists every one; found includes are not listed."""
+    docs = tmp_path / "docs"
+    write(docs / "sub" / "page.md", "# Page\n\nA snippet:\n\n--8<-- \"snippets/missing.md\"\n\n"
+                                    "--8<-- \"snippets/there.md\"\n")
+    write(docs / "sub" / "snippets" / "there.md", "The included sentence about kettles.\n")
+    kb = tmp_path / "kb"
+    r = run("ingest", docs, "--store", kb)
+    assert r.exit_code == 0, r.output
+    assert "missing include: sub/page.md includes 'snippets/missing.md'" in r.stderr and "--include-root" in r.stderr
+    assert "there.md" not in r.stderr
+    write(docs / "sub" / "page.md", "# Page\n\nChanged.\n\n--8<-- \"snippets/missing.md\"\n")
+    r = run("ingest", docs, "--store", kb, "--json", "-q")
+    assert json.loads(r.stdout)["missing_includes"] == [{"doc_id": "sub/page.md", "include": "snippets/missing.md"}]

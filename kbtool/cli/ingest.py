@@ -125,6 +125,13 @@ def _render(report, store_path, quiet: bool) -> None:
             ("diagram_lines_dropped", "diagram lines dropped")) if m.get(k)]
         if parts:
             out.print("markup: " + ", ".join(parts), highlight=False, markup=False)
+    for miss in report.missing_includes[:FIRST_FAILURES]:
+        err.print(f"missing include: {miss['doc_id']} includes {miss['include']!r}, found neither beside it nor "
+                  "under the include root: its text is left out (--include-root DIR sets where includes resolve)",
+                  highlight=False, markup=False)
+    if len(report.missing_includes) > FIRST_FAILURES:
+        err.print(f"missing include: … and {len(report.missing_includes) - FIRST_FAILURES} more (`--json` lists "
+                  "every one)", highlight=False, markup=False)
     if report.index:
         i = report.index
         out.print(f"index: {i.chunks} chunks, {i.embedded} embedded, {i.from_cache} from cache, "

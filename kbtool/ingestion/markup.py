@@ -92,6 +92,7 @@ class Cleaned:
     includes: dict = field(default_factory=dict)  # included file -> sha256, to notice when it changes
     line_map: list = field(default_factory=list)  # output line index -> source line number (1-based)
     stats: dict = field(default_factory=dict)
+    missing_includes: list = field(default_factory=list)  # include targets not found, as written
 
 
 def _label(kind: str | None, title: str | None) -> str:
@@ -238,6 +239,8 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
         if found is None:
             for path in missing:  # "" = absent: a later ingest re-parses when it appears
                 cleaned.includes.setdefault(path, "")
+            where = f" (in {doc_path.name})" if _depth and doc_path is not None else ""
+            cleaned.missing_includes.append(target + where)
             return None
         path, body = found
         import hashlib
@@ -247,6 +250,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
             inner = clean_markdown(body, rules, doc_path=path, ingest_root=ingest_root, include_root=include_root,
                                    excluded=excluded, _depth=_depth + 1)
             cleaned.includes.update(inner.includes)
+            cleaned.missing_includes.extend(inner.missing_includes)
             cleaned.anchors.extend(inner.anchors)
             for k, v in inner.stats.items():
                 stats[k] = stats.get(k, 0) + v

@@ -466,6 +466,7 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         doc.title = cleaned.title or doc.title
         doc.markup_stats = dict(cleaned.stats)
         doc.includes = dict(cleaned.includes)
+        doc.missing_includes = list(cleaned.missing_includes)
     return doc
 
 

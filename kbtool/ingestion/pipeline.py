@@ -69,6 +69,8 @@ class IngestReport:
     index: IndexReport | None = None
     markup: dict = field(default_factory=dict)  # counts of what Markdown clean-up did
     warnings: list = field(default_factory=list)
+    # include directives whose file was not found: {doc_id, include} each (the text lost with them)
+    missing_includes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -377,6 +379,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         if report is not None:
             for k, v in doc.markup_stats.items():
                 report.markup[k] = report.markup.get(k, 0) + v
+            report.missing_includes.extend({"doc_id": src.doc_id, "include": t} for t in doc.missing_includes)
     # The document's own metadata (front matter), then the path's, then the run's --meta win.
     metadata = {**doc.metadata, **path_metadata(src.doc_id, options.meta_from_path), **json.loads(meta_json)}
     stored = json.loads(stored_opts)
