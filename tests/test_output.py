@@ -114,3 +114,18 @@ def test_eval_tables_lead_with_the_headline_metrics(sample_store):
     assert "hit_rate@1" in main and "ndcg@3" in main
     k3 = subprocess.run(args + ["--k", "3"], capture_output=True, text=True, env=_env(), timeout=300).stdout
     assert "ndcg@3" in k3.split("Retrieval quality by mode")[1].split("Fused mode")[0]
+
+
+def test_report_html_counts_agree_with_the_terminal(sample_store, tmp_path):
+    """report.html's per-tag n is the answerable count the terminal and JSON give (it counted every
+    question), and a tag of unanswerable questions shows what each mode refused (was blank)."""
+    import json
+
+    args = KBTOOL + ["eval", str(ROOT / "eval_sets" / "sample.jsonl"), "--store", str(sample_store.path), "-q",
+                     "--modes", "bm25,contract", "--out", str(tmp_path / "ev"), "--json"]
+    data = json.loads(subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=300).stdout)
+    html = (tmp_path / "ev" / "report.html").read_text()
+    for tag in ("zh", "exact-id"):
+        assert f"<tr><td>{tag}</td><td>{data['by_tag'][tag]['answerable']}</td>" in html, tag
+    r = data["by_tag"]["unanswerable"]["refusal"]["contract"]
+    assert f"{r['correctly_refused']}/{r['unanswerable']} refused" in html

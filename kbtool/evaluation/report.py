@@ -62,12 +62,15 @@ def render_html(data: dict) -> str:
     headline = [n for n in HEADLINE if n in names] or names[:3]
     tag_rows = []
     for tag, entry in data["by_tag"].items():
-        row = [tag, entry["count"]]
+        row = [tag, entry.get("answerable", 0)]  # n = answerable questions, as the terminal counts them
         for m in modes:
-            for n in headline:
-                row.append(entry["metrics"][m][n] if "metrics" in entry else None)
+            if "metrics" in entry:
+                row += [entry["metrics"][m][n] for n in headline]
+            else:  # a tag of unanswerable questions only: what each mode refused
+                r = entry.get("refusal", {}).get(m) or {}
+                row += [f"{r.get('correctly_refused', 0)}/{r.get('unanswerable', 0)} refused"] + [""] * (len(headline) - 1)
         tag_rows.append(row)
-    tags = _table(["tag", "n", *[f"{m} {n}" for m in modes for n in headline]], tag_rows)
+    tags = _table(["tag", "n (answerable)", *[f"{m} {n}" for m in modes for n in headline]], tag_rows)
     refusal = _table(["mode", "threshold", "unanswerable", "correctly refused", "answerable", "wrongly refused",
                       "correct_refusal", "false_refusal"],
                      [[m, "contract" if r["threshold"] is None else r["threshold"], r["unanswerable"], r["correctly_refused"], r["answerable"],
