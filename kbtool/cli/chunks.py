@@ -52,7 +52,7 @@ def chunks(
     table = Table(title=f"{what} (limit {limit} tokens; the text is what is embedded and BM25-indexed)",
                   title_justify="left", show_lines=True, expand=out.is_terminal)
     table.add_column("#", justify="right")
-    table.add_column("section · lines", ratio=1, overflow="fold")
+    table.add_column("section · lines", ratio=1, overflow="fold", max_width=None if out.is_terminal else 50)
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("embedded text", ratio=3, overflow="fold", max_width=None if out.is_terminal else 100)
     for r in rows:

@@ -236,13 +236,14 @@ SIGNALS_OF = {"dense": {"cosine", "dense_margin", "agreement"},
               "bm25": {"coverage", "absent_kb", "absent_top", "bm25_margin", "terms", "agreement"}}
 
 
-def needed_retrievers(contract, store=None, types: set[str] | None = None) -> tuple[str, ...]:
+def needed_retrievers(contract, store=None, types: set[str] | None = None, available=None) -> tuple[str, ...]:
     """The retrievers a query runs (for a question of detected ``types``; None: any question): those
     its fusion weighs, and for a dense mode BM25 too when the contract's model weighs its signals
     (local statistics, no model call). The BM25 mode never runs a dense retriever — BM25 answers
     without an embedding model — and decides on its own signals: ``answer`` reads the dense ones as 0
     whatever was gathered, as eval and calibrate do. Without ``store``: of ``dense`` and ``bm25``."""
-    available = store_retrievers(store) if store is not None else ("dense", "bm25")
+    if available is None:  # ``available``: the store's retrievers, when the caller has them already
+        available = store_retrievers(store) if store is not None else ("dense", "bm25")
     method = contract.retrieve.fusion.method
     if method in ("weighted", "rrf"):
         groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "other")]
@@ -298,7 +299,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     fusion = contract.retrieve.fusion
     method = fusion.method
     types = set(p.types)
-    weights = contract.retriever_weights(types, store_retrievers(store))
+    available = store_retrievers(store)
+    weights = contract.retriever_weights(types, available)
     # The candidates of the retrievers this question is fused with (calibrate gathers every
     # retriever for every question; a query only those it weighs: both fuse the same pool).
     pool = [i for i, c in enumerate(cands.ids) if any(c in cands.ranks.get(r, ()) for r in weights)]
@@ -333,7 +335,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     extra = [r for r in cands.scores if r not in ("dense", "bm25")]
     # A hit reports the retrievers a query of this question runs, however much was gathered
     # (calibrate and eval gather every retriever): the same hits from query, eval and calibrate.
-    ran = set(needed_retrievers(contract, store, types))
+    ran = set(needed_retrievers(contract, store, types, available))
     extra = [r for r in extra if r in ran]
     for cid, score in window[:top_k]:
         row, i = rows[cid], pos[cid]

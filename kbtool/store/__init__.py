@@ -299,12 +299,17 @@ class Store:
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         return self.catalog.chunks_by_id(chunk_ids)
 
+    def token_limit(self) -> int:
+        """The store's model's token limit (256 until the first index records it): chunks longer are
+        cut by the model."""
+        return self.manifest["embedding"].get("max_tokens") or 256
+
     def chunks(self, doc_id: str | None = None, over_limit: bool = False) -> list[dict]:
         """What `kbtool chunks` shows, in catalog order: one document's chunks, or (``over_limit``)
         every chunk longer than the model's token limit; each with its section path, lines, token
         count, ``over_limit`` and ``embedded`` (the exact text embedded and BM25-indexed: section
         prefix and text). StoreError naming close ids for a document the store does not hold."""
-        limit = self.manifest["embedding"].get("max_tokens") or 256
+        limit = self.token_limit()
         if doc_id is not None and self.document_text(doc_id) is None:
             import difflib
 
@@ -357,7 +362,7 @@ class Store:
         m = self.manifest
         return {
             "store": str(self.path), "format_version": m["format_version"], "kbtool_version": m["kbtool_version"],
-            **self.catalog.counts(m["embedding"].get("max_tokens") or 256),
+            **self.catalog.counts(self.token_limit()),
             "embedding": m["embedding"], "chunking": m["chunking"], "bm25": m["bm25"],
             "models": {f"dense:{n}": {**rec, "current": rec.get("indexed_generation") == self.generation()}
                        for n, rec in sorted(m.get("models", {}).items())},
