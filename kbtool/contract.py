@@ -57,11 +57,67 @@ def _default_metadata() -> dict[str, MetadataField]:
     }
 
 
+class Source(_Strict):
+    root: str = Field(description="folder (or BEIR folder) to ingest, relative to this contract's folder or absolute")
+    id_prefix: str = Field("", description="put before every document id of this root, e.g. 'zh/': several roots "
+                                           "with the same relative paths in one store")
+    include: list[str] = Field(default_factory=list, description="only files matching these globs (relative to root)")
+    exclude: list[str] = Field(default_factory=list, description="skip files matching these globs")
+    meta: dict[str, str] = Field(default_factory=dict, description="metadata for every document of this root")
+    meta_from_path: list[str] = Field(default_factory=list,
+                                      description="metadata from the document id, e.g. 'docs/{lang}/**'")
+    include_root: Optional[str] = Field(None, description="folder include directives resolve against, relative to root")
+    base_url: Optional[str] = Field(None, description="site this root is published under: citations become "
+                                                      "BASE/path-without-extension/#anchor")
+    format: Literal["auto", "beir"] = Field("auto", description="auto (by extension) or beir (corpus.jsonl)")
+    encoding: Optional[str] = Field(None, description="decode text files with this encoding instead of detecting it")
+    markup_off: list[str] = Field(default_factory=list, description="Markdown clean-up rules switched off")
+    max_file_size_mb: Optional[float] = Field(None, gt=0, description="skip files larger than this (default: per type)")
+
+    @field_validator("id_prefix")
+    @classmethod
+    def _prefix(cls, v):
+        return normalise_id_prefix(v)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v):
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("a base URL starts with http:// or https://")
+        return v
+
+
+def normalise_id_prefix(prefix: str) -> str:
+    """'' or a relative path ending in '/' ('zh' -> 'zh/'); ValueError for anything else."""
+    p = (prefix or "").strip().replace("\\", "/")
+    if not p:
+        return ""
+    parts = p.strip("/").split("/")
+    if p.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"id prefix {prefix!r}: a relative name such as 'zh/' (no '..', no leading '/')")
+    return "/".join(parts) + "/"
+
+
 class DataSpec(_Strict):
     metadata: dict[str, MetadataField] = Field(
         default_factory=_default_metadata,
         description="metadata keys documents carry (doc_id, dir, filetype and page are set by kbtool; "
                     "others come from `ingest --meta key=value`)")
+    sources: list[Source] = Field(
+        default_factory=list,
+        description="the roots `kbtool ingest` (without a path) ingests, each with its options; empty: the "
+                    "folders given to `ingest`, remembered by the store")
+
+    @field_validator("sources")
+    @classmethod
+    def _distinct(cls, v):
+        prefixes = [s.id_prefix for s in v if s.id_prefix]
+        if len(set(prefixes)) < len(prefixes):
+            raise ValueError("two sources share an id_prefix: give each root its own (e.g. 'en/' and 'zh/')")
+        roots = [s.root.rstrip("/") for s in v]
+        if len(set(roots)) < len(roots):
+            raise ValueError("a root is declared twice: one entry per root")
+        return v
 
 
 # ---- 2. preprocess --------------------------------------------------------------------------

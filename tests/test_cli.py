@@ -175,15 +175,16 @@ def test_a_failed_file_fails_the_ingest_unless_allowed(tmp_path):
 
 
 def test_the_same_folder_under_another_root_fails_loudly(tmp_path):
-    """The CI-cache case: a store built from one checkout, ingested from another path: each
-    document id already comes from the first root, every file fails, and the ingest says so by
-    exit code (it used to exit 0 and let a stale store be gated)."""
+    """A store built from one checkout, ingested from another path while the first still exists:
+    the ids already come from the first root, and the ingest stops before writing, by exit code (it
+    used to exit 0 and let a stale store be gated), naming the ways out (tests/test_sources.py has
+    the moved-folder cases)."""
     for root in ("a", "b"):
         write(tmp_path / root / "docs" / "x.md", "# X\n\nsame text\n")
     kb = tmp_path / "kb"
     assert run("ingest", tmp_path / "a" / "docs", "--store", kb, "-q").exit_code == 0
     r = run("ingest", tmp_path / "b" / "docs", "--store", kb, "-q")
-    assert r.exit_code == 1 and "already comes from" in r.stderr and "1 file(s) failed" in r.stderr
+    assert r.exit_code == 2 and "already come from" in r.stderr and "--root-moved" in r.stderr
 
 
 @pytest.mark.parametrize("columns", ["80", "200"])

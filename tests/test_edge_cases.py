@@ -75,7 +75,7 @@ def test_changing_encoding_reparses_an_unchanged_file(tmp_path, store, embedder)
     (docs).mkdir()
     (docs / "m.txt").write_bytes("café crème brûlée\n".encode("utf-8"))
     ingest(store, [docs], IngestOptions(parse_only=True))
-    report = ingest(store, [docs], IngestOptions(parse_only=True, encoding="latin-1"))
+    report = ingest(store, [docs], IngestOptions(parse_only=True, encoding="latin-1"), update_sources=True)
     assert report.updated == ["m.txt"]
     text = store.catalog.db.execute("SELECT text FROM documents").fetchone()[0]
     assert "cafÃ©" in text  # what latin-1 makes of those bytes: the user asked for it
@@ -164,7 +164,7 @@ def test_include_globs_are_anchored_at_the_folder(tmp_path, store):
     write(docs / "docs/api/b.md", "# B\n\ny\n")
     report = ingest(store, [docs], IngestOptions(include=["api/*"], parse_only=True))
     assert report.added == ["api/a.md"]
-    report = ingest(store, [docs], IngestOptions(include=["*.md"], parse_only=True))
+    report = ingest(store, [docs], IngestOptions(include=["*.md"], parse_only=True), update_sources=True)
     assert report.added == ["docs/api/b.md"]
 
 

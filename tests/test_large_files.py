@@ -193,5 +193,5 @@ def test_ingest_reports_a_file_over_its_type_s_limit(tmp_path, monkeypatch):
     report = ingest(store, [root], IngestOptions(parse_only=True))
     assert report.added == ["a.md"]
     assert [f["doc_id"] for f in report.failed] == ["t.csv"] and "--max-file-size" in report.failed[0]["reason"]
-    report = ingest(store, [root], IngestOptions(parse_only=True, max_file_size=10**6))
+    report = ingest(store, [root], IngestOptions(parse_only=True, max_file_size=10**6), update_sources=True)
     assert report.added == ["t.csv"] and not report.failed

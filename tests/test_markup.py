@@ -190,7 +190,7 @@ def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
     assert "https://docs.example.com/en/tutorial/errors/#install" in r.stdout
 
     # Switching a rule off re-parses (recorded in the manifest).
-    r = run("ingest", docs / "docs", "--store", kb, "--markup-off", "anchors", "--meta-from-path", "{lang}/**", "--json")
+    r = run("ingest", docs / "docs", "--store", kb, "--markup-off", "anchors", "--update-sources", "--json")
     assert json.loads(r.stdout)["counts"]["updated"] == 4
     assert json.loads((kb / "manifest.json").read_text())["markup"]["anchors"] is False
 

@@ -1,24 +1,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, List, Optional, Tuple
 
 import typer
 
 from ..ingestion.parse import size_limits_text
 from . import app
-from ._common import (AddModelOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (AddModelOpt, ContractOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
 @app.command()
 @handle_errors
 def ingest(
-    paths: Annotated[List[Path], typer.Argument(metavar="PATH...", help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store).")],
+    paths: Annotated[Optional[List[Path]], typer.Argument(metavar="[PATH]...", help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store) [default: the contract's data.sources, else the folders the store was ingested from, with their recorded options].")] = None,
     include: Annotated[Optional[List[str]], typer.Option("--include", "-i", help="Only files matching this glob (repeatable), e.g. '*.md'.")] = None,
     exclude: Annotated[Optional[List[str]], typer.Option("--exclude", "-x", help="Skip files matching this glob (repeatable).")] = None,
-    format: Annotated[str, typer.Option("--format", help="auto (by extension) or beir (a BEIR folder's corpus.jsonl).")] = "auto",
-    meta: Annotated[Optional[List[str]], typer.Option("--meta", help="key=value metadata for every document of this run (repeatable); filterable in query.")] = None,
+    format: Annotated[Optional[str], typer.Option("--format", help="auto (by extension) or beir (a BEIR folder's corpus.jsonl) [default: auto].")] = None,
+    meta: Annotated[Optional[List[str]], typer.Option("--meta", help="key=value metadata for every document of this folder (repeatable); filterable in query.")] = None,
+    id_prefix: Annotated[Optional[str], typer.Option("--id-prefix", help="Put this before every document id of the folder, e.g. zh/: several folders with the same file names in one store.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Site the folder is published under: its citations become BASE/path-without-extension/#anchor.")] = None,
+    update_sources: Annotated[bool, typer.Option("--update-sources", help="Change the options the store recorded for a folder (without it, a flag that differs from the record is an error; a flag left out keeps the record).")] = False,
+    root_moved: Annotated[Optional[Tuple[Path, Path]], typer.Option("--root-moved", metavar="OLD NEW", help="The folder the store was ingested from moved from OLD to NEW: documents and vectors are re-used (a folder that is gone is taken as moved without it).")] = None,
+    contract: ContractOpt = None,
     parse_only: Annotated[bool, typer.Option("--parse-only", help="Stop after parsing: do not chunk or index.")] = False,
     keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
@@ -44,30 +49,40 @@ def ingest(
     """Parse documents into the store, then chunk and index what is new or changed.
 
     Unchanged files (same sha256) are skipped; changed files are re-parsed; files gone from an
-    ingested folder are removed from the catalog, Chroma and BM25.
+    ingested folder are removed from the catalog, Chroma and BM25. The store remembers each folder
+    and its options: `kbtool ingest` alone ingests them again as they were.
     """
     from ..ingestion.pipeline import IngestOptions
     from ..ingestion.pipeline import ingest as run_ingest
 
     options = IngestOptions(
-        include=include or [], exclude=exclude or [], format=format, metadata=parse_pairs(meta, "--meta"),
+        include=include or None, exclude=exclude or None, format=format,
+        metadata=parse_pairs(meta, "--meta") if meta else None,
         parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,
-        max_file_size=None if max_file_size is None else int(max_file_size * 2**20), markup_off=markup_off or [],
-        include_root=str(include_root) if include_root else None, meta_from_path=meta_from_path or [],
+        max_file_size=None if max_file_size is None else int(max_file_size * 2**20), markup_off=markup_off or None,
+        include_root=str(include_root.resolve()) if include_root else None, meta_from_path=meta_from_path or None,
+        id_prefix=id_prefix, base_url=base_url,
     )
     if stemmer is not None:
         from ..store.analyzer import _stemmer
 
         _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
+    paths = list(paths or [])
     missing = [p for p in paths if not p.exists()]
     if missing:  # before a store is made: a mistyped path leaves nothing behind
         from ..errors import UsageError
 
         raise UsageError(f"{missing[0]}: no such file or folder" + (f" (and {len(missing) - 1} more)" if missing[1:] else ""))
+    declared = _declared(contract)
     options_given = (query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
     from ..store import default_store_path
 
     new_store = not ((store or default_store_path()) / "manifest.json").exists()
+    if new_store and not paths and not declared:
+        from ..errors import UsageError
+
+        raise UsageError("nothing to ingest: name a folder (kbtool ingest PATH), or declare data.sources in the "
+                         "contract (kbtool.yaml)")
     spec = model_spec(None, model, *options_given) if model or new_store else None
     if spec is not None and spec.backend == "http" and not parse_only:
         from ..embed import load_embedder
@@ -88,7 +103,8 @@ def ingest(
 
         embedder = load_embedder(spec)
     with progress_bars(quiet) as progress:
-        report = run_ingest(kb, paths, options, embedder=embedder, progress=progress)
+        report = run_ingest(kb, paths, options, embedder=embedder, progress=progress, sources=declared,
+                            update_sources=update_sources, root_moved=[root_moved] if root_moved else None)
     hint = None if quiet and not json_ else _multilingual_hint(kb, parse_only)  # said once: where it is seen
     if json_:
         print_json({**report.to_dict(), **({"hint": hint} if hint else {})})
@@ -104,6 +120,22 @@ def ingest(
         raise typer.Exit(1)
 
 
+def _declared(contract_opt):
+    """The contract's declared sources (root, options, as written), or None when it declares none."""
+    from ..contract import find_contract, load_contract
+
+    path = find_contract(contract_opt)
+    if path is None:
+        return None
+    contract = load_contract(path)
+    if not contract.data.sources:
+        return None
+    from ..ingestion.pipeline import IngestOptions
+    from ..ingestion.sources import declared_sources
+
+    return declared_sources(contract, path, IngestOptions)
+
+
 FIRST_FAILURES = 10  # failures named on the terminal; --json lists all
 
 
@@ -116,6 +148,9 @@ def _render(report, store_path, quiet: bool) -> None:
     if c["skipped"]:
         line += f", {c['skipped']} skipped"
     out.print(line, highlight=False)
+    for mv in report.moved:
+        out.print(f"moved: {mv['documents']} documents now come from {mv['to']} (were {mv['from']})",
+                  highlight=False, markup=False)
     m = report.markup
     if m:
         parts = [f"{m[k]} {label}" for k, label in (

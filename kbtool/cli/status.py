@@ -55,9 +55,27 @@ def status(
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),
         ("indexes", "current" if info["indexes_current"] else "behind the catalog: run `kbtool index`"),
+        *([] if restricted else [("source", _source_line(src)) for src in info.get("sources") or []]),
         *([] if restricted else [("last ingest", str(info["last_ingest"])),
                                  ("disk", f"{info['disk_bytes'] / 2**20:.1f} MiB")]),
     ]
     for k, v in rows:
         table.add_row(k, v)
     out.print(table, highlight=False)
+
+
+def _source_line(src: dict) -> str:
+    """'/repo/docs/zh/docs  (id prefix zh/, https://…/zh/, meta lang=zh, from kbtool.yaml)'."""
+    from pathlib import Path
+
+    root = src["root"]
+    parts = [f"id prefix {src['id_prefix']}" if src.get("id_prefix") else "",
+             src.get("base_url") or "",
+             "include " + ",".join(src["include"]) if src.get("include") else "",
+             "exclude " + ",".join(src["exclude"]) if src.get("exclude") else "",
+             "meta " + ",".join(f"{k}={v}" for k, v in sorted(src["metadata"].items())) if src.get("metadata") else "",
+             "meta from " + ",".join(src["meta_from_path"]) if src.get("meta_from_path") else "",
+             "declared in the contract" if src.get("declared") else "",
+             "" if Path(root.removeprefix("beir:")).exists() else "FOLDER GONE: kbtool ingest NEW_PATH (re-uses it)"]
+    extra = ", ".join(p for p in parts if p)
+    return root + (f"  ({extra})" if extra else "")

@@ -8,7 +8,7 @@ import fnmatch
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -19,6 +19,7 @@ from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
 from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .sources import Job
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
 # PROGRESS_INSIDE bytes or more, "parsing DOC_ID (MB)" counting its megabytes as they are parsed.
@@ -44,17 +45,23 @@ def _inside_file(progress: Progress | None, doc_id: str, size: int):
 
 @dataclass
 class IngestOptions:
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-    format: str = "auto"  # auto | beir
-    metadata: dict = field(default_factory=dict)
+    """How files are ingested. The source options (include ... max_file_size) left None take the
+    value the store recorded for that folder (see ``kbtool.ingestion.sources``), else the default."""
+
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    format: str | None = None  # auto | beir
+    metadata: dict | None = None
     parse_only: bool = False
     keep_missing: bool = False
     encoding: str | None = None
     max_file_size: int | None = None  # bytes, one limit for every type; None: per type (parse.MAX_SIZE_BY_TYPE)
-    markup_off: list[str] = field(default_factory=list)  # Markdown clean-up rules switched off
-    include_root: str | None = None  # where include directives resolve (default: the ingest root)
-    meta_from_path: list[str] = field(default_factory=list)  # e.g. "docs/{lang}/**"
+    markup_off: list[str] | None = None  # Markdown clean-up rules switched off
+    # where include directives resolve: a folder inside the root, relative to it (or absolute); default the root
+    include_root: str | None = None
+    meta_from_path: list[str] | None = None  # e.g. "docs/{lang}/**"
+    id_prefix: str | None = None  # put before every document id of the root, e.g. "zh/"
+    base_url: str | None = None  # the site the root is published under (citations)
 
 
 @dataclass
@@ -71,6 +78,7 @@ class IngestReport:
     warnings: list = field(default_factory=list)
     # include directives whose file was not found: {doc_id, include} each (the text lost with them)
     missing_includes: list = field(default_factory=list)
+    moved: list = field(default_factory=list)  # {from, to, documents}: roots re-used from a new folder
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -92,7 +100,7 @@ def _selected(rel: str, include: list[str], exclude: list[str]) -> bool:
 
 
 def discover(walk: Path, base: Path, include: list[str], exclude: list[str], skipped: list[dict],
-             unreadable: list[str] | None = None) -> Iterator[_Source]:
+             unreadable: list[str] | None = None, id_prefix: str = "") -> Iterator[_Source]:
     """Regular files under ``walk`` (resolved), sorted, with ids relative to ``base``; hidden entries
     skipped; a symlink is read only if it resolves to a regular file inside ``walk``. A folder that
     cannot be read is reported in ``skipped`` and its id prefix added to ``unreadable``, so its
@@ -124,7 +132,7 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
             rel = full.relative_to(walk).as_posix()
             if not _selected(rel, include, exclude):
                 continue
-            doc_id = full.relative_to(base).as_posix()
+            doc_id = id_prefix + full.relative_to(base).as_posix()
             try:
                 target = full.resolve(strict=True)
             except (OSError, RuntimeError):
@@ -142,7 +150,7 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
             yield _Source(doc_id, path=full)
 
 
-def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
+def read_beir_corpus(root: Path, failed: list[dict], id_prefix: str = "") -> Iterator[_Source]:
     corpus = root / "corpus.jsonl"
     if not corpus.is_file():
         raise InputError(f"{root} has no corpus.jsonl: format beir expects a BEIR folder")
@@ -164,7 +172,7 @@ def read_beir_corpus(root: Path, failed: list[dict]) -> Iterator[_Source]:
                 failed.append({"doc_id": doc_id, "path": f"{corpus}:{lineno}", "reason": "duplicate _id"})
                 continue
             seen.add(doc_id)
-            yield _Source(doc_id, path=corpus, beir={"title": rec.get("title") or "", "text": rec.get("text") or "",
+            yield _Source(id_prefix + doc_id, path=corpus, beir={"title": rec.get("title") or "", "text": rec.get("text") or "",
                                                     "hash": sha256_bytes(line.strip().encode("utf-8"))})
 
 
@@ -221,105 +229,258 @@ def path_metadata(doc_id: str, patterns: list[str]) -> dict:
     return meta
 
 
-def ingest(store: Store, paths: list[str | Path], options: IngestOptions | None = None, *, embedder=None,
-           chunk_params: ChunkParams | None = None, progress: Progress | None = None) -> IngestReport:
-    """Bring the store in line with the given files or folders, holding the store's writer lock;
-    see ``_ingest``."""
-    for raw in paths:  # every path is checked before anything is written, or any lock is waited for
+def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestOptions | None = None, *,
+           embedder=None, chunk_params: ChunkParams | None = None, progress: Progress | None = None,
+           sources: list | None = None, update_sources: bool = False,
+           root_moved: list[tuple[str | Path, str | Path]] | None = None) -> IngestReport:
+    """Bring the store in line with the given files or folders, holding the store's writer lock.
+
+    ``paths`` None (or empty) ingests ``sources`` — declared ones, ``(root, IngestOptions, as
+    written)`` from ``sources.declared_sources`` — else every source the store recorded. Source
+    options not given in ``options`` keep the store's record for that folder; a different value is
+    a UsageError unless ``update_sources``. ``root_moved`` pairs (old root, new folder) say a folder
+    moved: its documents, chunks and vectors are re-used from the new place (a root whose folder is
+    gone is taken as moved when another folder brings the same document ids)."""
+    for raw in paths or []:  # every path is checked before anything is written, or any lock is waited for
         if not Path(raw).exists():
             raise UsageError(f"{raw}: no such file or folder")
+    for old, new in root_moved or []:
+        if not Path(new).is_dir():
+            raise UsageError(f"root moved to {new}: no such folder")
     with store.writing():
-        return _ingest(store, paths, options, embedder=embedder, chunk_params=chunk_params, progress=progress)
+        return _ingest(store, paths, options, embedder=embedder, chunk_params=chunk_params, progress=progress,
+                       sources=sources, update_sources=update_sources, root_moved=root_moved)
 
 
-def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None = None, *, embedder=None,
-            chunk_params: ChunkParams | None = None, progress: Progress | None = None) -> IngestReport:
-    """Bring the store in line with the given files or folders; see IngestOptions.
+def _plan(store: Store, paths, options: IngestOptions, declared, update: bool, root_moved) -> tuple[list, list[str]]:
+    """(jobs, roots of sources no longer declared). Raises UsageError for option clashes."""
+    from . import sources as src
+
+    recorded = store.sources()
+    doc_roots = set(store.document_roots())
+    moves = {str(Path(o).resolve()) if not str(o).startswith("beir:") else str(o): str(Path(n).resolve())
+             for o, n in root_moved or []}
+    for old in moves:
+        if old not in doc_roots and old not in recorded:
+            raise UsageError(f"root moved from {old}: the store has no documents from there (its roots: "
+                             f"{', '.join(sorted(doc_roots | set(recorded))) or 'none'})")
+    given = {k: getattr(options, k) for k in src.SOURCE_OPTIONS if getattr(options, k) not in (None,)}
+    jobs: list = []
+    dropped: list[str] = []
+    if declared and paths:
+        roots = [r for r, _, _ in declared]
+        for raw in paths:
+            real = Path(raw).resolve()
+            if not any(real.is_relative_to(r) for r in roots):
+                raise UsageError(f"{raw} is not under a source the contract declares (data.sources): add it there, "
+                                 "or ingest it into another store")
+    if declared:
+        if given:
+            k = next(iter(given))
+            raise UsageError(f"{src.FLAGS[k]}: the contract declares the sources (data.sources): set "
+                             f"{'meta' if k == 'metadata' else k} there")
+        by_declared: dict[str, list[str]] = {}
+        for root, rec in recorded.items():
+            if rec.get("declared"):
+                by_declared.setdefault(rec["declared"], []).append(root)
+        for root, opts, written in declared:
+            key = ("beir:" if opts.format == "beir" else "") + str(root)
+            opts = _absolute_include_root(opts, root, f"data.sources root {written!r}")
+            job = Job(root, key, src.filled(replace(opts, parse_only=options.parse_only,
+                                                  keep_missing=options.keep_missing), None, "", True), written)
+            job.moved_from.extend(old for old in by_declared.get(written, []) if old != key)
+            if paths:  # a part of a declared source
+                for raw in paths:
+                    real = Path(raw).resolve()
+                    if real.is_relative_to(root):
+                        jobs.append(replace(job, path=real, moved_from=list(job.moved_from)))
+            else:
+                jobs.append(job)
+        if not paths:
+            keys = {j.root for j in jobs} | {m for j in jobs for m in j.moved_from}
+            dropped = sorted(r for r in recorded if r not in keys)
+    elif paths:
+        for raw in paths:
+            real = Path(raw).resolve()
+            fmt = given.get("format") or "auto"
+            if fmt == "beir":
+                key = "beir:" + str(real)
+                rec = recorded.get(key)
+            else:
+                base = _root_for(real, {r for r in doc_roots | set(recorded) if not r.startswith("beir:")})
+                key = str(base or (real if real.is_dir() else real.parent))
+                rec = recorded.get(key)
+                if rec is not None and rec.get("format") == "beir":
+                    rec = None
+            moved_from = [o for o, n in moves.items() if n == key]
+            if not moved_from and real.is_dir() and fmt != "beir":
+                moved_from = _moved_here(store, real, (doc_roots | set(recorded)) - {key})
+            if rec is None and moved_from:  # a moved folder keeps its options
+                rec = recorded.get(moved_from[0])
+            opts = src.filled(options, rec, str(raw), update)
+            opts = _absolute_include_root(opts, Path(key.removeprefix("beir:")), str(raw))
+            jobs.append(Job(real, key, opts, moved_from=moved_from))
+    else:
+        if given:
+            k = next(iter(given))
+            raise UsageError(f"{src.FLAGS[k]} needs the folder it applies to: kbtool ingest PATH {src.FLAGS[k]} ...")
+        if not recorded:
+            raise UsageError("nothing to ingest: name a folder (kbtool ingest PATH), or declare data.sources in "
+                             "the contract")
+        taken: dict[str, list[str]] = {}  # a gone root whose files another recorded root holds (a move cut short)
+        for key in recorded:
+            if key not in moves and not Path(key.removeprefix("beir:")).exists():
+                for other in sorted(recorded):
+                    if other != key and Path(other).is_dir() and _moved_here(store, Path(other), {key}):
+                        taken.setdefault(other, []).append(key)
+                        break
+        gone_taken = {k for ks in taken.values() for k in ks}
+        for key, rec in sorted(recorded.items()):
+            if key in gone_taken:
+                continue
+            root = Path(key.removeprefix("beir:"))
+            target = Path(moves[key]) if key in moves else root
+            if not target.exists():
+                raise UsageError(f"{key}: the source folder is gone: ingest it from where it is now "
+                                 f"(kbtool ingest NEW_PATH, or --root-moved {key} NEW_PATH)")
+            opts = replace(src.from_record(rec, IngestOptions), parse_only=options.parse_only,
+                           keep_missing=options.keep_missing)
+            new_key = ("beir:" if key.startswith("beir:") else "") + str(target)
+            for rel in rec.get("paths") or ["."]:
+                p = (target / rel).resolve()
+                if p.exists():
+                    jobs.append(Job(p, new_key, opts, rec.get("declared"),
+                                    ([key] if new_key != key else []) + taken.get(key, [])))
+    return jobs, dropped
+
+
+def _moved_here(store: Store, folder: Path, roots: set[str]) -> list[str]:
+    """The root whose folder is gone and whose files (by path relative to it) are mostly in
+    ``folder``: the same documents, moved (a CI cache restored into another checkout)."""
+    for root in sorted(roots):
+        if root.startswith("beir:") or Path(root).exists():
+            continue
+        rels = [Path(p).relative_to(root) for p in store.document_paths(root) if Path(p).is_relative_to(root)]
+        if rels and sum((folder / r).is_file() for r in rels) * 2 >= len(rels):
+            return [root]
+    return []
+
+
+def _absolute_include_root(opts: IngestOptions, root: Path, where: str) -> IngestOptions:
+    """include_root relative to the root (as recorded): an absolute one (the CLI's) made relative."""
+    if not opts.include_root or opts.format == "beir":
+        return opts
+    p = Path(opts.include_root)
+    real = (p if p.is_absolute() else root / p).resolve()
+    folder = root if root.is_dir() else root.parent
+    if not real.is_relative_to(folder):
+        raise UsageError(f"{where}: include root {opts.include_root} is outside {folder}: kbtool reads nothing "
+                         "outside the folder it ingests")
+    return replace(opts, include_root=real.relative_to(folder).as_posix())
+
+
+def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedder=None,
+            chunk_params: ChunkParams | None = None, progress: Progress | None = None, sources=None,
+            update_sources: bool = False, root_moved=None) -> IngestReport:
+    """Bring the store in line with its sources; see ``ingest``.
 
     A folder is mirrored: documents whose files are gone leave the store. A path inside a folder
     ingested before keeps that folder as its root, so document ids stay the same.
     """
+    from . import sources as src
+
     options = options or IngestOptions()
-    _validate(options)
+    jobs, dropped = _plan(store, paths, options, sources, update_sources, root_moved)
+    for job in jobs:
+        _validate(job.options)
     report = IngestReport()
-    meta_json = json.dumps(options.metadata, sort_keys=True)
+    # Which files each job brings, before anything is written: a clash of ids stops the run here.
+    found = [_discover_job(job, report) for job in jobs]
+    _resolve_clashes(store, jobs, found, report)
+    recorded = store.sources()
+    for old in {m for j in jobs for m in j.moved_from}:
+        new = next(j.root for j in jobs if old in j.moved_from)
+        if old != new:
+            moved = store.move_root(old, new)
+            report.moved.append({"from": old, "to": new, "documents": moved})
+            recorded = store.sources()
+    for job in jobs:  # the record first: a run killed half-way is re-run with the options it was given
+        rec = recorded.get(job.root) or {}
+        rel = "." if job.path == Path(job.root.removeprefix("beir:")) or job.path.is_dir() and not rec else None
+        if rel is None:
+            base = Path(job.root.removeprefix("beir:"))
+            rel = job.path.relative_to(base).as_posix() if job.path.is_relative_to(base) else "."
+        paths_before = [] if (rec and "." in (rec.get("paths") or [])) else (rec.get("paths") or [])
+        recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
+        if "." in recorded[job.root]["paths"]:
+            recorded[job.root]["paths"] = ["."]
+    gone_docs: list[str] = []
+    if dropped and not options.keep_missing:
+        gone_docs = [d for d, (r, _) in store.document_hashes().items() if r in dropped]
+        for r in dropped:
+            recorded.pop(r, None)
+    store.set_sources(recorded)
+    if gone_docs:
+        store.remove_documents(gone_docs)
+        report.removed.extend(sorted(gone_docs))
     from .markup import MarkupRules
 
-    rules = MarkupRules.parse(options.markup_off)
-    opts = {"encoding": options.encoding} if options.encoding else {}
-    opts["markup"] = sorted(rules.off)  # what the clean-up did is part of a parse: a change re-parses
-    if options.include_root:
-        opts["include_root"] = str(Path(options.include_root).resolve())
-    if options.meta_from_path:
-        opts["meta_from_path"] = list(options.meta_from_path)
-    opts_json = json.dumps(opts, sort_keys=True)
-    store.manifest["markup"] = rules.to_dict()
-    for raw in paths:  # every path is checked before anything is written
-        if not Path(raw).exists():
-            raise UsageError(f"{raw}: no such file or folder")
-        real = Path(raw).resolve()
-        if options.include_root and options.format != "beir" and not Path(options.include_root).resolve().is_relative_to(
-                real if real.is_dir() else real.parent):
-            raise UsageError(f"include_root {options.include_root} is outside {raw}: kbtool reads nothing "
-                             "outside the folder it ingests")
-    for raw in paths:
-        path = Path(raw)
+    rules_shown = None
+    for job, (sources_, unreadable) in zip(jobs, found):
+        options = job.options
+        gone = _gone(store, job, unreadable)
+        rules = MarkupRules.parse(options.markup_off)
+        rules_shown = rules_shown or rules
+        opts = {"encoding": options.encoding} if options.encoding else {}
+        opts["markup"] = sorted(rules.off)  # what the clean-up did is part of a parse: a change re-parses
+        if options.include_root and options.include_root != ".":
+            opts["include_root"] = options.include_root
+        if options.meta_from_path:
+            opts["meta_from_path"] = list(options.meta_from_path)
+        opts_json = json.dumps(opts, sort_keys=True)
+        meta_json = json.dumps(options.metadata, sort_keys=True)
         known = store.document_hashes()
-        gone: list[str] = []
-        if options.format == "beir":
-            root = "beir:" + str(path.resolve())
-            sources = list(read_beir_corpus(path.resolve(), report.failed))
-            gone = [d for d, (r, _) in known.items() if r == root]
-        else:
-            real = path.resolve()
-            base = _root_for(real, {r for r, _ in known.values() if not r.startswith("beir:")})
-            if path.is_file():
-                base = base or real.parent
-                sources = [_Source(real.relative_to(base).as_posix(), path=real)]
-                if real.suffix.lower() not in SUPPORTED:
-                    report.skipped.append({"path": str(raw), "reason": f"unsupported file type {real.suffix}"})
-                    sources = []
-            else:
-                base = base or real
-                unreadable: list[str] = []
-                sources = list(discover(real, base, options.include, options.exclude, report.skipped, unreadable))
-                prefix = "" if real == base else real.relative_to(base).as_posix() + "/"
-                gone = [d for d, (r, _) in known.items()
-                        if ((r == str(base) and d.startswith(prefix)
-                             and _selected(d[len(prefix):], options.include, options.exclude))
-                            or (r != str(base) and Path(r).is_relative_to(real)))  # an old nested root
-                        and not any(d.startswith(u) for u in unreadable)]
-            root = str(base)
+        root = job.root
         seen = set()
         if progress:
-            progress("parsing", 0, len(sources))
-        for src in sources:
-            seen.add(src.doc_id)
+            progress("parsing", 0, len(sources_))
+        for item in sources_:
+            seen.add(item.doc_id)
             try:
-                status = _ingest_one(store, src, root, known, meta_json, opts_json, options, report, progress)
+                status = _ingest_one(store, item, root, known, meta_json, opts_json, options, report, progress)
             except ParseError as exc:
                 empty = isinstance(exc, EmptyDocumentError)
-                entry = ({"path": src.doc_id, "reason": f"{exc}: nothing to index"} if empty
-                         else {"doc_id": src.doc_id, "path": str(src.path), "reason": str(exc)})
-                if src.doc_id in known and known[src.doc_id][0] == root:
+                entry = ({"path": item.doc_id, "reason": f"{exc}: nothing to index"} if empty
+                         else {"doc_id": item.doc_id, "path": str(item.path), "reason": str(exc)})
+                if item.doc_id in known and known[item.doc_id][0] == root:
                     # Never answer from content that no longer exists.
-                    store.remove_documents([src.doc_id])
+                    store.remove_documents([item.doc_id])
                     entry["removed_previous_version"] = True
                 (report.skipped if empty else report.failed).append(entry)
                 status = None
             if status:
-                getattr(report, status).append(src.doc_id)
+                getattr(report, status).append(item.doc_id)
             if progress:
-                progress("parsing", 1, len(sources))
+                progress("parsing", 1, len(sources_))
         if not options.keep_missing:
             gone = sorted(set(gone) - seen)
             store.remove_documents(gone)
             report.removed.extend(gone)
-    doc_ids = store.document_ids() if options.meta_from_path else []
-    for pattern in options.meta_from_path:
-        if not any(path_pattern(pattern).match(d) for d in doc_ids):
-            report.warnings.append(f"meta_from_path {pattern!r} matches no document id (ids look like "
-                                   f"{next(iter(doc_ids), 'a/b.md')!r}: relative to the folder ingested)")
+    if rules_shown is not None:
+        store.manifest["markup"] = rules_shown.to_dict()
+    # A folder ingested before inside one ingested now: its documents moved into it, so does its record.
+    roots_now = store.document_roots()
+    absorbed = [r for r in store.manifest.get("sources") or {}
+                if r not in roots_now and not r.startswith("beir:") and any(
+                    j.root != r and not j.root.startswith("beir:") and Path(r).is_relative_to(j.root) for j in jobs)]
+    for r in absorbed:
+        store.manifest["sources"].pop(r)
+    doc_ids = store.document_ids()
+    for job in jobs:
+        for pattern in job.options.meta_from_path:
+            if not any(path_pattern(pattern).match(d) for d in doc_ids):
+                report.warnings.append(f"meta_from_path {pattern!r} matches no document id (ids look like "
+                                       f"{next(iter(doc_ids), 'a/b.md')!r}: relative to the folder ingested)")
     store.manifest["last_ingest"] = now_iso()
     store.save_manifest()
     if options.parse_only:
@@ -327,6 +488,61 @@ def _ingest(store: Store, paths: list[str | Path], options: IngestOptions | None
     report.chunks_written = chunk(store, chunk_params, embedder=embedder, progress=progress)
     report.index = index(store, embedder=embedder, progress=progress)
     return report
+
+
+def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
+    """(the job's sources, id prefixes of folders that could not be read — None for a single file)."""
+    options, path = job.options, job.path
+    prefix_id = options.id_prefix or ""
+    if options.format == "beir":
+        return list(read_beir_corpus(path, report.failed, prefix_id)), []
+    base = Path(job.root)
+    if path.is_file():
+        if path.suffix.lower() not in SUPPORTED:
+            report.skipped.append({"path": str(path), "reason": f"unsupported file type {path.suffix}"})
+            return [], None
+        return [_Source(prefix_id + path.relative_to(base).as_posix(), path=path)], None
+    unreadable: list[str] = []
+    items = list(discover(path, base, options.include, options.exclude, report.skipped, unreadable, prefix_id))
+    return items, unreadable
+
+
+def _gone(store: Store, job, unreadable: list[str] | None) -> list[str]:
+    """Ids of documents the job's folder held before (it mirrors them): those it no longer brings go."""
+    if unreadable is None:  # a single file
+        return []
+    options, path = job.options, job.path
+    known = store.document_hashes()
+    prefix_id = options.id_prefix or ""
+    if options.format == "beir":
+        return [d for d, (r, _) in known.items() if r == job.root]
+    base = Path(job.root)
+    prefix = prefix_id + ("" if path == base else path.relative_to(base).as_posix() + "/")
+    return [d for d, (r, _) in known.items()
+            if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix):], options.include, options.exclude))
+                or (r != job.root and not r.startswith("beir:") and Path(r).is_relative_to(path)))  # an old nested root
+            and not any(d.startswith(prefix_id + u) for u in unreadable)]
+
+
+def _resolve_clashes(store: Store, jobs: list, found: list, report: IngestReport) -> None:
+    """Ids a job brings that another root (not nested in it, not moved to it) already holds: a
+    UsageError naming the ways out, before anything is written."""
+    known = store.document_hashes()
+    for job, (items, _) in zip(jobs, found):
+        others: dict[str, list[str]] = {}
+        for item in items:
+            prev = known.get(item.doc_id)
+            if prev is None or prev[0] == job.root or prev[0] in job.moved_from:
+                continue
+            r = prev[0]
+            if not r.startswith("beir:") and not job.root.startswith("beir:") and Path(r).is_relative_to(Path(job.root)):
+                continue  # a nested root ingested before: its files move into this one
+            others.setdefault(r, []).append(item.doc_id)
+        for r, ids in others.items():
+            raise UsageError(
+                f"{job.path}: {len(ids)} document id(s) (e.g. {ids[0]!r}) already come from {r}: give this folder "
+                f"its own id prefix (--id-prefix NAME/, or data.sources[].id_prefix), or if {r} moved here, "
+                f"--root-moved {r} {job.path}")
 
 
 def _root_for(path: Path, roots: set[str]) -> Path | None:
@@ -355,7 +571,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
     # The run's --meta and parse options are stored with the document: the same file, metadata and
     # options is unchanged — unless a file it includes changed.
     stored_opts = json.dumps({**json.loads(opts_json), "meta": json.loads(meta_json)}, sort_keys=True)
-    if prev and prev[1] == fingerprint(sha, stored_opts) and not _includes_changed(store, src.doc_id):
+    if prev and prev[1] == fingerprint(sha, stored_opts) and not _includes_changed(store, src.doc_id, root):
         return "unchanged"
     if src.beir is not None:
         doc: ParsedDocument = beir_document(src.doc_id, src.beir["title"], src.beir["text"], sha)
@@ -367,7 +583,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         from .parse import MarkupContext
 
         ingest_root = Path(root)
-        include_root = Path(options.include_root).resolve() if options.include_root else ingest_root
+        include_root = (ingest_root / options.include_root).resolve() if options.include_root else ingest_root
         inside = _inside_file(progress, src.doc_id, len(data))
         doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size,
                          data=data, mtime=mtime,
@@ -383,17 +599,19 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
     # The document's own metadata (front matter), then the path's, then the run's --meta win.
     metadata = {**doc.metadata, **path_metadata(src.doc_id, options.meta_from_path), **json.loads(meta_json)}
     stored = json.loads(stored_opts)
-    if doc.includes:
-        stored["includes"] = doc.includes
+    if doc.includes:  # relative to the root: a moved folder finds them again
+        stored["includes"] = {(Path(p).relative_to(root).as_posix() if Path(p).is_relative_to(root) else p): sha
+                              for p, sha in doc.includes.items()}
     store.put_document(doc, root, metadata, stored)
     return "updated" if prev else "added"
 
 
-def _includes_changed(store: Store, doc_id: str) -> bool:
+def _includes_changed(store: Store, doc_id: str, root: str) -> bool:
     """Whether a file this document included is gone or different since it was parsed."""
     import hashlib
 
-    for path, sha in store.document_options(doc_id).get("includes", {}).items():
+    for rel, sha in store.document_options(doc_id).get("includes", {}).items():
+        path = Path(root) / rel  # an absolute path (stores before 0.x) stays as it is
         if sha == "":  # missing when parsed: changed once it exists
             if Path(path).is_file():
                 return True

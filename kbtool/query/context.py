@@ -24,9 +24,14 @@ def url_for(doc_id: str, anchor: str | None, base_url: str | None) -> str:
     return url + (f"#{quote(anchor)}" if anchor else "")
 
 
+def hit_url(hit, base_url: str | None = None) -> str:
+    """The hit's own URL (its source's base URL), else one under ``base_url``, else ''."""
+    return getattr(hit, "url", "") or url_for(hit.doc_id, hit.anchor, base_url)
+
+
 def citation(hit, base_url: str | None = None) -> str:
     """Where a person finds the hit: a URL, else ``path:line`` (or ``path:first-last``), ``path p.N``."""
-    url = url_for(hit.doc_id, hit.anchor, base_url)
+    url = hit_url(hit, base_url)
     if url:
         return url
     if hit.line_start:
@@ -49,7 +54,7 @@ def _fields(n: int, hit, base_url: str | None = None) -> dict:
         "section_path": hit.section_path or hit.title, "page": f" p.{hit.page}" if hit.page else "",
         "text": hit.text.strip(), "confidence": f"{hit.confidence:.2f}", "chunk_id": hit.chunk_id,
         "citation": citation(hit, base_url), "lines": _lines(hit), "anchor": hit.anchor or "",
-        "url": url_for(hit.doc_id, hit.anchor, base_url),
+        "url": hit_url(hit, base_url),
     }
 
 

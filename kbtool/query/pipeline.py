@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 from ..errors import AccessError, ContractError, InputError, UsageError
 from .candidates import Candidates, Gatherer
-from .context import build_context, citation
+from .context import url_for, build_context, citation
 from . import signals
 from .decide import answerability, confidence, decide, missing_terms, suggestions
 from ..filters import parse_filter
@@ -54,6 +54,7 @@ class Hit:
     line_start: int | None = None
     line_end: int | None = None
     anchor: str | None = None
+    url: str = ""  # the page (and section) it is published at: its source's base URL, else context.base_url
     citation: str = ""
 
     def to_dict(self) -> dict:
@@ -357,7 +358,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             rerank_score=reranked.get("scores", {}).get(cid),
             line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
         ))
-        hits[-1].citation = citation(hits[-1], contract.context.base_url)
+        prefix, base = store.published(row.get("root"))
+        hits[-1].url = (url_for(row["doc_id"][len(prefix):], hits[-1].anchor, base) if base
+                        else url_for(row["doc_id"], hits[-1].anchor, contract.context.base_url))
+        hits[-1].citation = citation(hits[-1])
     # The decision looks at the contract's top_k hits whatever the caller asked for (eval asks for
     # 100): the same question gets the same decision from query, eval and calibrate.
     window = hits[: contract.retrieve.top_k]

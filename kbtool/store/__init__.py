@@ -271,6 +271,43 @@ class Store:
                                   json.dumps([b.to_dict() for b in doc.blocks], ensure_ascii=False),
                                   json.dumps(options or {}, sort_keys=True), mf.now_iso())
 
+    def move_root(self, old: str, new: str) -> int:
+        """Documents ingested from folder ``old`` now come from ``new`` (the same files moved): ids,
+        chunks and vectors are kept, the source record follows. Returns how many documents moved."""
+        with self.writing():
+            sources = self.manifest.setdefault("sources", {})
+            if old in sources:  # the record first: a kill before the catalog moves leaves both, and the next run moves again
+                sources[new] = {**sources[old], **({"root": new} if "root" in sources[old] else {})}
+                self.save_manifest()
+            n = self.catalog.move_root(old, new)
+            sources.pop(old, None)
+            self.save_manifest()
+            return n
+
+    def document_roots(self) -> dict[str, int]:
+        """Ingest root (absolute folder, or ``beir:FOLDER``) -> number of documents from it."""
+        return self.catalog.document_roots()
+
+    def document_paths(self, root: str) -> list[str]:
+        """The file paths of the documents ingested from ``root``."""
+        return self.catalog.document_paths(root)
+
+    def sources(self) -> dict[str, dict]:
+        """The folders this store was ingested from, with the options each was ingested with
+        (``ingest`` records them; an ingest without a path ingests them again)."""
+        self._refresh()
+        return dict(self.manifest.get("sources") or {})
+
+    def set_sources(self, sources: dict[str, dict]) -> None:
+        with self.writing():
+            self.manifest["sources"] = sources
+            self.save_manifest()
+
+    def published(self, root: str | None) -> tuple[str, str | None]:
+        """(id prefix, base URL) of the source a document of ``root`` comes from."""
+        rec = (self.manifest.get("sources") or {}).get(root or "") or {}
+        return rec.get("id_prefix") or "", rec.get("base_url")
+
     def remove_documents(self, doc_ids: Iterable[str]) -> int:  # how many were there
         return self.catalog.remove_documents(doc_ids)
 
@@ -368,6 +405,7 @@ class Store:
                        for n, rec in sorted(m.get("models", {}).items())},
             "analyzer": AnalyzerConfig.from_dict(m["analyzer"]).to_dict(),
             "indexes_current": self.is_indexed(), "last_ingest": m.get("last_ingest"),
+            "sources": [{"root": root, **rec} for root, rec in sorted((m.get("sources") or {}).items())],
             "disk_bytes": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
         }
 

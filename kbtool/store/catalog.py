@@ -244,6 +244,23 @@ class Catalog:
             )
             self._bump(db)
 
+    def move_root(self, old: str, new: str) -> int:
+        """Documents of root ``old`` now come from ``new`` (ids, content, chunks and vectors stay)."""
+        with self.transaction() as db:
+            n = db.execute("UPDATE documents SET root=?, path=? || substr(path, ?) WHERE root=? AND"
+                           " substr(path, 1, ?) = ?", (new, new, len(old) + 1, old, len(old), old)).rowcount
+            n += db.execute("UPDATE documents SET root=? WHERE root=?", (new, old)).rowcount
+            if n:
+                self._bump(db)
+        return n
+
+    def document_paths(self, root: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT path FROM documents WHERE root=?", (root,))]
+
+    def document_roots(self) -> dict[str, int]:
+        """root -> number of documents."""
+        return {r[0]: r[1] for r in self.db.execute("SELECT root, count(*) FROM documents GROUP BY root")}
+
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
         removed = 0
         with self.transaction() as db:
@@ -331,7 +348,7 @@ class Catalog:
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         out = {}
         for part in _batches(chunk_ids):
-            q = ("SELECT c.*, d.title, d.path, d.filetype FROM chunks c JOIN documents d USING (doc_id)"
+            q = ("SELECT c.*, d.title, d.path, d.filetype, d.root FROM chunks c JOIN documents d USING (doc_id)"
                  f" WHERE c.chunk_id IN ({_marks(len(part))})")
             for row in self.db.execute(q, part):
                 out[row["chunk_id"]] = dict(row)

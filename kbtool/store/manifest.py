@@ -56,6 +56,9 @@ class Manifest(TypedDict, total=False):
     # ``indexed_generation`` (the catalog generation its vectors hold, -1 none)
     models: dict
     said_multilingual: bool  # ingest suggested the multilingual model once
+    # ingest root (absolute folder, or beir:FOLDER) -> the options it is ingested with (include,
+    # exclude, metadata, meta_from_path, include_root, id_prefix, base_url, ...) and ``paths`` under it
+    sources: dict
 
 
 REQUIRED = ("format_version", "embedding", "analyzer", "bm25", "hnsw")
