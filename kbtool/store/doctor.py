@@ -45,6 +45,13 @@ def diagnose(store) -> list[dict]:
         add("bm25", same_ids and current, f"{len(ids)} rows match the catalog" if same_ids and current else
             f"BM25 holds {len(set(ids) - set(wanted))} chunk(s) the catalog no longer has and lacks "
             f"{len(set(wanted) - set(ids))}" + ("" if current else "; built from another catalog state or settings"))
+    from pathlib import Path
+
+    gone = [r for r in store.sources() if not Path(r.removeprefix("beir:")).exists()]
+    if store.sources():
+        add("sources", not gone, f"{len(store.sources())} source folder(s) present" if not gone else
+            f"{gone[0]} is gone" + (f" (and {len(gone) - 1} more)" if gone[1:] else "")
+            + ": `kbtool ingest NEW_PATH` re-uses its documents from where it is now")
     add("status", store.is_indexed(), "indexes current" if store.is_indexed() else "indexes behind the catalog")
     return findings
 
