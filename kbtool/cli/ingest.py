@@ -130,10 +130,9 @@ def _declared(contract_opt):
     contract = load_contract(path)
     if not contract.data.sources:
         return None
-    from ..ingestion.pipeline import IngestOptions
     from ..ingestion.sources import declared_sources
 
-    return declared_sources(contract, path, IngestOptions)
+    return declared_sources(contract, path)
 
 
 FIRST_FAILURES = 10  # failures named on the terminal; --json lists all

@@ -19,7 +19,7 @@ from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
 from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
-from .sources import Job
+from .sources import IngestOptions, check_clashes, plan
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
 # PROGRESS_INSIDE bytes or more, "parsing DOC_ID (MB)" counting its megabytes as they are parsed.
@@ -41,27 +41,6 @@ def _inside_file(progress: Progress | None, doc_id: str, size: int):
             said[0] = mb
 
     return update
-
-
-@dataclass
-class IngestOptions:
-    """How files are ingested. The source options (include ... max_file_size) left None take the
-    value the store recorded for that folder (see ``kbtool.ingestion.sources``), else the default."""
-
-    include: list[str] | None = None
-    exclude: list[str] | None = None
-    format: str | None = None  # auto | beir
-    metadata: dict | None = None
-    parse_only: bool = False
-    keep_missing: bool = False
-    encoding: str | None = None
-    max_file_size: int | None = None  # bytes, one limit for every type; None: per type (parse.MAX_SIZE_BY_TYPE)
-    markup_off: list[str] | None = None  # Markdown clean-up rules switched off
-    # where include directives resolve: a folder inside the root, relative to it (or absolute); default the root
-    include_root: str | None = None
-    meta_from_path: list[str] | None = None  # e.g. "docs/{lang}/**"
-    id_prefix: str | None = None  # put before every document id of the root, e.g. "zh/"
-    base_url: str | None = None  # the site the root is published under (citations)
 
 
 @dataclass
@@ -252,133 +231,6 @@ def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestO
                        sources=sources, update_sources=update_sources, root_moved=root_moved)
 
 
-def _plan(store: Store, paths, options: IngestOptions, declared, update: bool, root_moved) -> tuple[list, list[str]]:
-    """(jobs, roots of sources no longer declared). Raises UsageError for option clashes."""
-    from . import sources as src
-
-    recorded = store.sources()
-    doc_roots = set(store.document_roots())
-    moves = {str(Path(o).resolve()) if not str(o).startswith("beir:") else str(o): str(Path(n).resolve())
-             for o, n in root_moved or []}
-    for old in moves:
-        if old not in doc_roots and old not in recorded:
-            raise UsageError(f"root moved from {old}: the store has no documents from there (its roots: "
-                             f"{', '.join(sorted(doc_roots | set(recorded))) or 'none'})")
-    given = {k: getattr(options, k) for k in src.SOURCE_OPTIONS if getattr(options, k) not in (None,)}
-    jobs: list = []
-    dropped: list[str] = []
-    if declared and paths:
-        roots = [r for r, _, _ in declared]
-        for raw in paths:
-            real = Path(raw).resolve()
-            if not any(real.is_relative_to(r) for r in roots):
-                raise UsageError(f"{raw} is not under a source the contract declares (data.sources): add it there, "
-                                 "or ingest it into another store")
-    if declared:
-        if given:
-            k = next(iter(given))
-            raise UsageError(f"{src.FLAGS[k]}: the contract declares the sources (data.sources): set "
-                             f"{'meta' if k == 'metadata' else k} there")
-        by_declared: dict[str, list[str]] = {}
-        for root, rec in recorded.items():
-            if rec.get("declared"):
-                by_declared.setdefault(rec["declared"], []).append(root)
-        for root, opts, written in declared:
-            key = ("beir:" if opts.format == "beir" else "") + str(root)
-            opts = _absolute_include_root(opts, root, f"data.sources root {written!r}")
-            job = Job(root, key, src.filled(replace(opts, parse_only=options.parse_only,
-                                                  keep_missing=options.keep_missing), None, "", True), written)
-            job.moved_from.extend(old for old in by_declared.get(written, []) if old != key)
-            if paths:  # a part of a declared source
-                for raw in paths:
-                    real = Path(raw).resolve()
-                    if real.is_relative_to(root):
-                        jobs.append(replace(job, path=real, moved_from=list(job.moved_from)))
-            else:
-                jobs.append(job)
-        if not paths:
-            keys = {j.root for j in jobs} | {m for j in jobs for m in j.moved_from}
-            dropped = sorted(r for r in recorded if r not in keys)
-    elif paths:
-        for raw in paths:
-            real = Path(raw).resolve()
-            fmt = given.get("format") or "auto"
-            if fmt == "beir":
-                key = "beir:" + str(real)
-                rec = recorded.get(key)
-            else:
-                base = _root_for(real, {r for r in doc_roots | set(recorded) if not r.startswith("beir:")})
-                key = str(base or (real if real.is_dir() else real.parent))
-                rec = recorded.get(key)
-                if rec is not None and rec.get("format") == "beir":
-                    rec = None
-            moved_from = [o for o, n in moves.items() if n == key]
-            if not moved_from and real.is_dir() and fmt != "beir":
-                moved_from = _moved_here(store, real, (doc_roots | set(recorded)) - {key})
-            if rec is None and moved_from:  # a moved folder keeps its options
-                rec = recorded.get(moved_from[0])
-            opts = src.filled(options, rec, str(raw), update)
-            opts = _absolute_include_root(opts, Path(key.removeprefix("beir:")), str(raw))
-            jobs.append(Job(real, key, opts, moved_from=moved_from))
-    else:
-        if given:
-            k = next(iter(given))
-            raise UsageError(f"{src.FLAGS[k]} needs the folder it applies to: kbtool ingest PATH {src.FLAGS[k]} ...")
-        if not recorded:
-            raise UsageError("nothing to ingest: name a folder (kbtool ingest PATH), or declare data.sources in "
-                             "the contract")
-        taken: dict[str, list[str]] = {}  # a gone root whose files another recorded root holds (a move cut short)
-        for key in recorded:
-            if key not in moves and not Path(key.removeprefix("beir:")).exists():
-                for other in sorted(recorded):
-                    if other != key and Path(other).is_dir() and _moved_here(store, Path(other), {key}):
-                        taken.setdefault(other, []).append(key)
-                        break
-        gone_taken = {k for ks in taken.values() for k in ks}
-        for key, rec in sorted(recorded.items()):
-            if key in gone_taken:
-                continue
-            root = Path(key.removeprefix("beir:"))
-            target = Path(moves[key]) if key in moves else root
-            if not target.exists():
-                raise UsageError(f"{key}: the source folder is gone: ingest it from where it is now "
-                                 f"(kbtool ingest NEW_PATH, or --root-moved {key} NEW_PATH)")
-            opts = replace(src.from_record(rec, IngestOptions), parse_only=options.parse_only,
-                           keep_missing=options.keep_missing)
-            new_key = ("beir:" if key.startswith("beir:") else "") + str(target)
-            for rel in rec.get("paths") or ["."]:
-                p = (target / rel).resolve()
-                if p.exists():
-                    jobs.append(Job(p, new_key, opts, rec.get("declared"),
-                                    ([key] if new_key != key else []) + taken.get(key, [])))
-    return jobs, dropped
-
-
-def _moved_here(store: Store, folder: Path, roots: set[str]) -> list[str]:
-    """The root whose folder is gone and whose files (by path relative to it) are mostly in
-    ``folder``: the same documents, moved (a CI cache restored into another checkout)."""
-    for root in sorted(roots):
-        if root.startswith("beir:") or Path(root).exists():
-            continue
-        rels = [Path(p).relative_to(root) for p in store.document_paths(root) if Path(p).is_relative_to(root)]
-        if rels and sum((folder / r).is_file() for r in rels) * 2 >= len(rels):
-            return [root]
-    return []
-
-
-def _absolute_include_root(opts: IngestOptions, root: Path, where: str) -> IngestOptions:
-    """include_root relative to the root (as recorded): an absolute one (the CLI's) made relative."""
-    if not opts.include_root or opts.format == "beir":
-        return opts
-    p = Path(opts.include_root)
-    real = (p if p.is_absolute() else root / p).resolve()
-    folder = root if root.is_dir() else root.parent
-    if not real.is_relative_to(folder):
-        raise UsageError(f"{where}: include root {opts.include_root} is outside {folder}: kbtool reads nothing "
-                         "outside the folder it ingests")
-    return replace(opts, include_root=real.relative_to(folder).as_posix())
-
-
 def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedder=None,
             chunk_params: ChunkParams | None = None, progress: Progress | None = None, sources=None,
             update_sources: bool = False, root_moved=None) -> IngestReport:
@@ -390,13 +242,13 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     from . import sources as src
 
     options = options or IngestOptions()
-    jobs, dropped = _plan(store, paths, options, sources, update_sources, root_moved)
+    jobs, dropped = plan(store, paths, options, sources, update_sources, root_moved)
     for job in jobs:
         _validate(job.options)
     report = IngestReport()
     # Which files each job brings, before anything is written: a clash of ids stops the run here.
     found = [_discover_job(job, report) for job in jobs]
-    _resolve_clashes(store, jobs, found, report)
+    check_clashes(store, jobs, found)
     recorded = store.sources()
     for old in {m for j in jobs for m in j.moved_from}:
         new = next(j.root for j in jobs if old in j.moved_from)
@@ -522,37 +374,6 @@ def _gone(store: Store, job, unreadable: list[str] | None) -> list[str]:
             if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix):], options.include, options.exclude))
                 or (r != job.root and not r.startswith("beir:") and Path(r).is_relative_to(path)))  # an old nested root
             and not any(d.startswith(prefix_id + u) for u in unreadable)]
-
-
-def _resolve_clashes(store: Store, jobs: list, found: list, report: IngestReport) -> None:
-    """Ids a job brings that another root (not nested in it, not moved to it) already holds: a
-    UsageError naming the ways out, before anything is written."""
-    known = store.document_hashes()
-    for job, (items, _) in zip(jobs, found):
-        others: dict[str, list[str]] = {}
-        for item in items:
-            prev = known.get(item.doc_id)
-            if prev is None or prev[0] == job.root or prev[0] in job.moved_from:
-                continue
-            r = prev[0]
-            if not r.startswith("beir:") and not job.root.startswith("beir:") and Path(r).is_relative_to(Path(job.root)):
-                continue  # a nested root ingested before: its files move into this one
-            others.setdefault(r, []).append(item.doc_id)
-        for r, ids in others.items():
-            raise UsageError(
-                f"{job.path}: {len(ids)} document id(s) (e.g. {ids[0]!r}) already come from {r}: give this folder "
-                f"its own id prefix (--id-prefix NAME/, or data.sources[].id_prefix), or if {r} moved here, "
-                f"--root-moved {r} {job.path}")
-
-
-def _root_for(path: Path, roots: set[str]) -> Path | None:
-    """The longest existing ingest root that contains ``path`` (or is it)."""
-    best = None
-    for r in roots:
-        rp = Path(r)
-        if path.is_relative_to(rp) and (best is None or len(rp.parts) > len(best.parts)):
-            best = rp
-    return best
 
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,

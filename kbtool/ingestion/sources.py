@@ -9,10 +9,14 @@ and a checkout in another folder (a CI cache restored elsewhere) finds its docum
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 # The options that belong to a source (recorded, compared); the rest of IngestOptions is per run.
 SOURCE_OPTIONS = ("include", "exclude", "format", "metadata", "meta_from_path", "include_root", "id_prefix",
@@ -28,12 +32,33 @@ FLAGS = {"include": "--include", "exclude": "--exclude", "format": "--format", "
 
 
 @dataclass
+class IngestOptions:
+    """How files are ingested. The source options (include ... max_file_size) left None take the
+    value the store recorded for that folder (see ``kbtool.ingestion.sources``), else the default."""
+
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    format: str | None = None  # auto | beir
+    metadata: dict | None = None
+    parse_only: bool = False
+    keep_missing: bool = False
+    encoding: str | None = None
+    max_file_size: int | None = None  # bytes, one limit for every type; None: per type (parse.MAX_SIZE_BY_TYPE)
+    markup_off: list[str] | None = None  # Markdown clean-up rules switched off
+    # where include directives resolve: a folder inside the root, relative to it (or absolute); default the root
+    include_root: str | None = None
+    meta_from_path: list[str] | None = None  # e.g. "docs/{lang}/**"
+    id_prefix: str | None = None  # put before every document id of the root, e.g. "zh/"
+    base_url: str | None = None  # the site the root is published under (citations)
+
+
+@dataclass
 class Job:
     """One path to ingest now: under ``root`` (the source it belongs to), with the source's options."""
 
     path: Path  # the folder or file to walk (resolved)
     root: str  # the source's root: an absolute folder, or beir:FOLDER
-    options: object  # IngestOptions, every source option filled in
+    options: IngestOptions  # every source option filled in
     declared: str | None = None  # the root as the contract wrote it
     moved_from: list[str] = field(default_factory=list)  # old roots whose documents now come from here
 
@@ -98,13 +123,12 @@ def _show(v, key: str = "") -> str:
     return str(v)
 
 
-def from_record(rec: dict, options_type):
+def from_record(rec: dict) -> IngestOptions:
     """IngestOptions of a recorded source (per-run options at their defaults)."""
-    known = {f.name for f in fields(options_type)}
-    return options_type(**{k: rec.get(k, DEFAULTS[k]) for k in SOURCE_OPTIONS if k in known})
+    return IngestOptions(**{k: rec.get(k, DEFAULTS[k]) for k in SOURCE_OPTIONS})
 
 
-def declared_sources(contract, contract_path: Path | None, options_type) -> list[tuple[Path, object, str]]:
+def declared_sources(contract, contract_path: Path | None) -> list[tuple[Path, IngestOptions, str]]:
     """(root resolved against the contract's folder, IngestOptions, root as written) per declared source."""
     base = contract_path.resolve().parent if contract_path is not None else Path.cwd()
     out = []
@@ -114,10 +138,167 @@ def declared_sources(contract, contract_path: Path | None, options_type) -> list
         if not root.exists():
             raise UsageError(f"{contract_path or 'contract'}: data.sources[{i}].root {s.root!r} does not exist "
                              f"(resolved against {base}: {root})")
-        opts = options_type(
+        opts = IngestOptions(
             include=list(s.include), exclude=list(s.exclude), format=s.format, metadata=dict(s.meta),
             meta_from_path=list(s.meta_from_path), include_root=s.include_root, id_prefix=s.id_prefix,
             base_url=s.base_url, encoding=s.encoding, markup_off=list(s.markup_off),
             max_file_size=None if s.max_file_size_mb is None else int(s.max_file_size_mb * 2**20))
         out.append((root, opts, s.root))
     return out
+
+
+def plan(store: Store, paths, options: IngestOptions, declared, update: bool, root_moved) -> tuple[list, list[str]]:
+    """(jobs, roots of sources no longer declared). Raises UsageError for option clashes."""
+    recorded = store.sources()
+    doc_roots = set(store.document_roots())
+    moves = {str(Path(o).resolve()) if not str(o).startswith("beir:") else str(o): str(Path(n).resolve())
+             for o, n in root_moved or []}
+    for old in moves:
+        if old not in doc_roots and old not in recorded:
+            raise UsageError(f"root moved from {old}: the store has no documents from there (its roots: "
+                             f"{', '.join(sorted(doc_roots | set(recorded))) or 'none'})")
+    given = {k: getattr(options, k) for k in SOURCE_OPTIONS if getattr(options, k) not in (None,)}
+    jobs: list = []
+    dropped: list[str] = []
+    if declared and paths:
+        roots = [r for r, _, _ in declared]
+        for raw in paths:
+            real = Path(raw).resolve()
+            if not any(real.is_relative_to(r) for r in roots):
+                raise UsageError(f"{raw} is not under a source the contract declares (data.sources): add it there, "
+                                 "or ingest it into another store")
+    if declared:
+        if given:
+            k = next(iter(given))
+            raise UsageError(f"{FLAGS[k]}: the contract declares the sources (data.sources): set "
+                             f"{'meta' if k == 'metadata' else k} there")
+        by_declared: dict[str, list[str]] = {}
+        for root, rec in recorded.items():
+            if rec.get("declared"):
+                by_declared.setdefault(rec["declared"], []).append(root)
+        for root, opts, written in declared:
+            key = ("beir:" if opts.format == "beir" else "") + str(root)
+            opts = _absolute_include_root(opts, root, f"data.sources root {written!r}")
+            job = Job(root, key, filled(replace(opts, parse_only=options.parse_only,
+                                                  keep_missing=options.keep_missing), None, "", True), written)
+            job.moved_from.extend(old for old in by_declared.get(written, []) if old != key)
+            if paths:  # a part of a declared source
+                for raw in paths:
+                    real = Path(raw).resolve()
+                    if real.is_relative_to(root):
+                        jobs.append(replace(job, path=real, moved_from=list(job.moved_from)))
+            else:
+                jobs.append(job)
+        if not paths:
+            keys = {j.root for j in jobs} | {m for j in jobs for m in j.moved_from}
+            dropped = sorted(r for r in recorded if r not in keys)
+    elif paths:
+        for raw in paths:
+            real = Path(raw).resolve()
+            fmt = given.get("format") or "auto"
+            if fmt == "beir":
+                key = "beir:" + str(real)
+                rec = recorded.get(key)
+            else:
+                base = _root_for(real, {r for r in doc_roots | set(recorded) if not r.startswith("beir:")})
+                key = str(base or (real if real.is_dir() else real.parent))
+                rec = recorded.get(key)
+                if rec is not None and rec.get("format") == "beir":
+                    rec = None
+            moved_from = [o for o, n in moves.items() if n == key]
+            if not moved_from and real.is_dir() and fmt != "beir":
+                moved_from = _moved_here(store, real, (doc_roots | set(recorded)) - {key})
+            if rec is None and moved_from:  # a moved folder keeps its options
+                rec = recorded.get(moved_from[0])
+            opts = filled(options, rec, str(raw), update)
+            opts = _absolute_include_root(opts, Path(key.removeprefix("beir:")), str(raw))
+            jobs.append(Job(real, key, opts, moved_from=moved_from))
+    else:
+        if given:
+            k = next(iter(given))
+            raise UsageError(f"{FLAGS[k]} needs the folder it applies to: kbtool ingest PATH {FLAGS[k]} ...")
+        if not recorded:
+            raise UsageError("nothing to ingest: name a folder (kbtool ingest PATH), or declare data.sources in "
+                             "the contract")
+        taken: dict[str, list[str]] = {}  # a gone root whose files another recorded root holds (a move cut short)
+        for key in recorded:
+            if key not in moves and not Path(key.removeprefix("beir:")).exists():
+                for other in sorted(recorded):
+                    if other != key and Path(other).is_dir() and _moved_here(store, Path(other), {key}):
+                        taken.setdefault(other, []).append(key)
+                        break
+        gone_taken = {k for ks in taken.values() for k in ks}
+        for key, rec in sorted(recorded.items()):
+            if key in gone_taken:
+                continue
+            root = Path(key.removeprefix("beir:"))
+            target = Path(moves[key]) if key in moves else root
+            if not target.exists():
+                raise UsageError(f"{key}: the source folder is gone: ingest it from where it is now "
+                                 f"(kbtool ingest NEW_PATH, or --root-moved {key} NEW_PATH)")
+            opts = replace(from_record(rec), parse_only=options.parse_only,
+                           keep_missing=options.keep_missing)
+            new_key = ("beir:" if key.startswith("beir:") else "") + str(target)
+            for rel in rec.get("paths") or ["."]:
+                p = (target / rel).resolve()
+                if p.exists():
+                    jobs.append(Job(p, new_key, opts, rec.get("declared"),
+                                    ([key] if new_key != key else []) + taken.get(key, [])))
+    return jobs, dropped
+
+
+def _moved_here(store: Store, folder: Path, roots: set[str]) -> list[str]:
+    """The root whose folder is gone and whose files (by path relative to it) are mostly in
+    ``folder``: the same documents, moved (a CI cache restored into another checkout)."""
+    for root in sorted(roots):
+        if root.startswith("beir:") or Path(root).exists():
+            continue
+        rels = [Path(p).relative_to(root) for p in store.document_paths(root) if Path(p).is_relative_to(root)]
+        if rels and sum((folder / r).is_file() for r in rels) * 2 >= len(rels):
+            return [root]
+    return []
+
+
+def _absolute_include_root(opts: IngestOptions, root: Path, where: str) -> IngestOptions:
+    """include_root relative to the root (as recorded): an absolute one (the CLI's) made relative."""
+    if not opts.include_root or opts.format == "beir":
+        return opts
+    p = Path(opts.include_root)
+    real = (p if p.is_absolute() else root / p).resolve()
+    folder = root if root.is_dir() else root.parent
+    if not real.is_relative_to(folder):
+        raise UsageError(f"{where}: include root {opts.include_root} is outside {folder}: kbtool reads nothing "
+                         "outside the folder it ingests")
+    return replace(opts, include_root=real.relative_to(folder).as_posix())
+
+
+def check_clashes(store: Store, jobs: list, found: list) -> None:
+    """Ids a job brings that another root (not nested in it, not moved to it) already holds: a
+    UsageError naming the ways out, before anything is written."""
+    known = store.document_hashes()
+    for job, (items, _) in zip(jobs, found):
+        others: dict[str, list[str]] = {}
+        for item in items:
+            prev = known.get(item.doc_id)
+            if prev is None or prev[0] == job.root or prev[0] in job.moved_from:
+                continue
+            r = prev[0]
+            if not r.startswith("beir:") and not job.root.startswith("beir:") and Path(r).is_relative_to(Path(job.root)):
+                continue  # a nested root ingested before: its files move into this one
+            others.setdefault(r, []).append(item.doc_id)
+        for r, ids in others.items():
+            raise UsageError(
+                f"{job.path}: {len(ids)} document id(s) (e.g. {ids[0]!r}) already come from {r}: give this folder "
+                f"its own id prefix (--id-prefix NAME/, or data.sources[].id_prefix), or if {r} moved here, "
+                f"--root-moved {r} {job.path}")
+
+
+def _root_for(path: Path, roots: set[str]) -> Path | None:
+    """The longest existing ingest root that contains ``path`` (or is it)."""
+    best = None
+    for r in roots:
+        rp = Path(r)
+        if path.is_relative_to(rp) and (best is None or len(rp.parts) > len(best.parts)):
+            best = rp
+    return best
+
