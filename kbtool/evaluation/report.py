@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from html import escape
 
 from ..contract import RETRIEVER
@@ -158,7 +159,7 @@ def _mistakes(per_mode: dict) -> str:
     return "<h2>Refusal mistakes</h2>" + "".join(parts)
 
 
-def _calibration(cal: dict | None, now: dict | None) -> str:
+def _calibration(cal: dict | None, now: dict | None, title: str | None = None) -> str:
     """The contract's calibration: what it was tuned on, held-out results, thresholds and their
     rates, and the recorded metrics beside this run's."""
     if not cal:
@@ -166,7 +167,8 @@ def _calibration(cal: dict | None, now: dict | None) -> str:
     app = cal.get("appendix") or {}
     h = app.get("heldout") or {}
     qs = app.get("question_set") or {}
-    parts = [f"<h2>Calibration (contract_version {escape(str(cal.get('contract_version')))})</h2>",
+    heading = title or f"Calibration (contract_version {cal.get('contract_version')})"
+    parts = [f"<h2>{escape(heading)}</h2>",
              f"<p>Calibrated {escape(str(app.get('date')))} with kbtool {escape(str(app.get('kbtool_version')))} on "
              f"<code>{escape(str(qs.get('path')))}</code> ({qs.get('questions')} questions), objective "
              f"{escape(str(app.get('objective')))}, {app.get('folds')}-fold cross-validation, seed {app.get('seed')}; "
@@ -185,9 +187,11 @@ def _calibration(cal: dict | None, now: dict | None) -> str:
                 for name, t in {"default": th["default"], **th.get("tiers", {})}.items()]
         parts.append(_table(["tier", "answer", "refuse below", "false answers", "false refusals"], rows))
     recorded = (app.get("recorded") or {}).get("metrics") or {}
-    if recorded:
+    if recorded and now is None:  # calibrate's own report, or an eval without the contract mode
+        parts.append(_table(["metric", "recorded at calibration"], [[m, v] for m, v in recorded.items()]))
+    elif recorded:
         parts.append(_table(["metric", "recorded at calibration", "this run (contract)"],
-                            [[m, v, (now or {}).get(m)] for m, v in recorded.items()]))
+                            [[m, v, now.get(m)] for m, v in recorded.items()]))
     return "".join(parts)
 
 
@@ -288,3 +292,26 @@ def _reliability_chart(title: str, series: dict[str, list[dict]]) -> str:
         parts.append(f'<text x="{x(1) + 10}" y="{30 + 12 * i}" class="l" fill="{color}">{escape(mode)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def render_calibration_html(data: dict, png: bytes) -> str:
+    """calibrate's report.html: what the calibration found (``_calibration``'s tables) and
+    calibration.png embedded as a data: URI, so the page stands alone."""
+    app = data.get("appendix") or {}
+    src = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    notes = "".join(f"<li>{escape(str(n))}</li>" for n in data.get("notes") or [])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kbtool calibrate</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2rem;color:#222}}
+table{{border-collapse:collapse;margin:0.5rem 0 1.5rem}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}img{{max-width:100%}}
+</style></head><body>
+<h1>kbtool calibrate</h1>
+<p>{data.get("questions")} questions ({data.get("answerable")} answerable, {data.get("unanswerable")} unanswerable).</p>
+{_calibration({"appendix": app}, None, "What calibrate found (the proposal)")}
+{f"<ul>{notes}</ul>" if notes else ""}
+<h2>calibration.png</h2>
+<img src="{src}" alt="Refusal trade-off, P(answerable) by question kind, metric vs fusion weights; with a model, its ROC curve and reliability diagram">
+</body></html>
+"""
