@@ -1,23 +1,32 @@
 # kbtool: `make demo` runs the sample corpus end to end, `make test` runs the suite.
-# Both create .venv and install everything on first use (CPU torch first: an unpinned torch
-# would pull a multi-GB CUDA build).
+# Both create .venv on first use (CPU torch first: an unpinned torch would pull a multi-GB CUDA
+# build). `make install` (and so `make demo`, `make bench`) installs the runtime dependencies only,
+# as a user gets them; `make install-dev` (and so `make test`) adds the dev extras to the same .venv.
+# Each has its own stamp, so the demo never depends on a test-only package.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kbtool-installed
+DEV_STAMP := $(VENV)/.kbtool-dev-installed
 DEMO_STORE ?= .kb-demo
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test bench clean
+.PHONY: install install-dev demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 demo: install
 	$(BIN)/kbtool ingest sample_corpus --store $(DEMO_STORE) --add-model use-m
@@ -32,7 +41,7 @@ demo: install
 	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --modes bm25,dense,dense:use-m,hybrid,contract --out $(DEMO_STORE)-eval
 	$(BIN)/kbtool calibrate eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)-calibration
 
-test: install
+test: install-dev
 	$(BIN)/python -m pytest
 
 bench: install

@@ -143,6 +143,11 @@ def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_p
     assert data["adopted"] and data["written"] is None and "+contract_version: 2" in data["diff"]
     assert (tmp_path / "cal" / "calibration.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "cal" / "calibration.json").read_text())["heldout"] == data["heldout"]
+    import base64
+
+    page = (tmp_path / "cal" / "report.html").read_text()  # calibration.png inside: one file to open
+    png = (tmp_path / "cal" / "calibration.png").read_bytes()
+    assert f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page
     assert (tmp_path / "kbtool.yaml").read_text() == text  # nothing written without --write
     r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path), "--write", "-q"])
     assert r.exit_code == 0, r.output

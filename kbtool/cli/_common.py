@@ -218,18 +218,16 @@ def print_json(data) -> None:
 @contextmanager
 def progress_bars(quiet: bool):
     """Yields a progress(stage, advance, total) callback: Rich bars on a terminal; on a pipe or file
-    (CI logs) a plain line per stage every few seconds with counts, rate and ETA; None if quiet."""
+    (CI logs) a plain line per stage every few seconds with counts, rate and ETA; None if quiet.
+    A call with advance 0 (re)starts a stage: each folder of a run counts anew."""
     if quiet:
         yield None
         return
     if not err.is_terminal:
         yield _progress_lines()
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     tasks: dict[str, int] = {}
-    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=err, transient=False) as bars:
+    with rich_progress() as bars:
         # An indeterminate bar until the first stage reports: imports and model loading take seconds.
         starting = bars.add_task("starting", total=None)
 
@@ -238,13 +236,52 @@ def progress_bars(quiet: bool):
                 bars.remove_task(starting)
             if stage not in tasks:
                 tasks[stage] = bars.add_task(stage, total=total)
+            elif advance == 0:  # the stage starts again (another folder): its count and clock too
+                bars.reset(tasks[stage], total=total)
             bars.update(tasks[stage], advance=advance, total=total)
 
         yield update
 
 
+def rich_progress(get_time=None):
+    """Rich bars on stderr: stage, bar, done/total, the stage's mean rate and the time left from
+    it (not Rich's speed columns: a rate over the first milliseconds reads billions per second)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(stage_rate(task.description, task.completed, task.elapsed) or "", style="progress.data.speed")
+
+    class EtaColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            left = None
+            if task.total and stage_rate(task.description, task.completed, task.elapsed):
+                left = max(0.0, task.total - task.completed) * task.elapsed / task.completed
+            text = "-:--:--" if left is None else f"{int(left) // 3600}:{int(left) % 3600 // 60:02d}:{int(left) % 60:02d}"
+            return Text(text, style="progress.remaining")
+
+    return Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+                    EtaColumn(), console=err, transient=False, get_time=get_time)
+
+
 PROGRESS_EVERY = 5.0  # seconds between plain progress lines
 RATE_AFTER = 0.5  # seconds a stage must have run before its rate means anything
+# What a stage counts, for its rate ("12.5 files/s"); a stage named "... (MB)" counts megabytes.
+STAGE_UNITS = {"parsing": "files", "chunking": "documents", "embedding": "chunks", "questions": "questions",
+               "retrieving": "questions", "scoring": "settings"}
+
+
+def stage_rate(stage: str, done: float, elapsed: float | None) -> str | None:
+    """'12.5 files/s', '3.2 MB/s': the mean rate of a stage since it started; None before
+    ``RATE_AFTER`` seconds (a rate over a few milliseconds is noise: 33000000000.0/s) or before
+    anything is done."""
+    if not elapsed or elapsed < RATE_AFTER or done <= 0:
+        return None
+    unit = "MB" if stage.endswith("(MB)") else STAGE_UNITS.get(stage.split(" ", 1)[0], "items")
+    rate = done / elapsed
+    number = f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 0.1 else f"{rate:.2g}"
+    return f"{number} {unit}/s"
 
 
 def _progress_lines():
@@ -266,13 +303,13 @@ def _progress_lines():
         line = f"{stage}: {s['done']}/{total or '?'}"
         if total:
             line += f" ({100 * s['done'] / total:.0f}%)"
-        if elapsed < RATE_AFTER:  # faster than the clock can say: no rate, no ETA
+        rate = stage_rate(stage, s["done"], elapsed)
+        if rate is None:  # faster than the clock can say: no rate, no ETA
             line += f", {elapsed:.1f} s"
         else:
-            rate = s["done"] / elapsed
-            line += f", {rate:.1f}/s, {elapsed:.0f} s"
-            if total and not finished and rate > 0:
-                line += f", ETA {(total - s['done']) / rate:.0f} s"
+            line += f", {rate}, {elapsed:.0f} s"
+            if total and not finished:
+                line += f", ETA {(total - s['done']) * elapsed / s['done']:.0f} s"
         s["said_done"] = bool(finished)
         err.print(line, highlight=False, markup=False)
 

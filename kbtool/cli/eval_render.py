@@ -102,6 +102,19 @@ def render(report, console, all_metrics: bool = True) -> None:
                       "from decide.model (without one: the top hit's confidence); each mistake's value, top document "
                       "and signals are in --json / --out.[/]")
 
+    missed = data.get("missed")
+    if missed and qs["answerable"]:
+        for m, rows in missed["modes"].items():
+            if rows:
+                console.print(f"{escape(m)}: {len(rows)} of {qs['answerable']} answerable with no relevant result in "
+                              f"the top {missed['k']}: {escape(_ids([x['id'] for x in rows]))}", highlight=False)
+    rel = (data.get("reliability") or {}).get(primary_mode(modes))
+    if rel:
+        auc = "-" if rel["auc"] is None else f"{rel['auc']:.3f}"
+        console.print(f"[dim]{escape(primary_mode(modes))}'s decision value ({escape(rel['decided_by'])}) against "
+                      f"answerable, {rel['questions']} questions: AUC {auc}, calibration error "
+                      f"{rel['calibration_error']:.3f} (reliability bins in --json and report.html)[/]", highlight=False)
+
     if data["gates"]:
         gates = Table(title="Gates", title_justify="left")
         for col in ("gate", "required", "actual", "result"):

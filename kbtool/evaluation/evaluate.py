@@ -96,6 +96,7 @@ class EvalReport:
     baseline: dict | None = None
     calibration: dict | None = None  # the contract's calibration appendix, and warnings, when it has one
     contract: dict | None = None  # the contract in force: {path, version, calibrated, overrides} (set by the CLI)
+    decided_by: dict[str, str] = field(default_factory=dict)  # mode -> "P(answerable)" (decide.model) or "confidence"
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0).isoformat())
 
     # ---- aggregates ----------------------------------------------------------------------
@@ -184,6 +185,41 @@ class EvalReport:
             out[mode] = {"wrongly_refused": wrong_ref, "wrongly_answered": wrong_ans}
         return out
 
+    def miss_k(self) -> int:
+        """The cut-off of ``missed``: 5 (the headline hit_rate@5), else the largest K evaluated."""
+        ks = sorted(set(self.config.ks))
+        return 5 if 5 in ks else ks[-1]
+
+    def missed(self) -> dict:
+        """Per mode, the answerable questions with no relevant result in the top ``miss_k()``: the
+        ones hit_rate@K scores 0 (so their count is answerable x (1 - hit_rate@K))."""
+        k = self.miss_k()
+        out = {}
+        for mode in self.config.modes:
+            out[mode] = []
+            for r in self.answerable():
+                mr = r.modes[mode]
+                if mr.first_relevant_rank is None or mr.first_relevant_rank > k:
+                    out[mode].append({"id": r.question.id, "question": r.question.question, "tags": r.question.tags,
+                                      "first_relevant_rank": mr.first_relevant_rank, "top_doc": mr.top_doc})
+        return {"k": k, "modes": out}
+
+    def reliability(self) -> dict[str, dict]:
+        """Per mode, how well the decision value (``top_score``: P(answerable) from decide.model, or
+        the top hit's confidence) predicts that a question is answerable, on this run's questions:
+        AUC, Brier score, expected calibration error and the reliability bins (count, mean
+        predicted, share answerable). A question with no hit counts as 0. {} without questions."""
+        from .answerability import quality
+
+        if not self.results:
+            return {}
+        y = [int(r.question.answerable) for r in self.results]
+        out = {}
+        for mode in self.config.modes:
+            p = [min(1.0, max(0.0, r.modes[mode].top_score or 0.0)) for r in self.results]
+            out[mode] = {"decided_by": self.decided_by.get(mode, "confidence"), "questions": len(y), **quality(y, p)}
+        return out
+
     def to_dict(self) -> dict:
         qs = self.question_set
         return {
@@ -203,6 +239,8 @@ class EvalReport:
             "by_tag": self.by_tag(),
             "refusal": {m: {**r, **refusal_rates(r)} for m, r in self.refusal().items()},
             "mistakes": self.mistakes(),
+            "missed": self.missed(),
+            "reliability": self.reliability(),
             "lint": [str(i) for i in qs.issues],
             "gates": self.gates,
             "baseline": self.baseline,
@@ -263,6 +301,8 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     groups = [(base, {m: contract_for_mode(base, m) for m in plain})] if plain else []
     groups += [(c, {m: c}) for m, c in named.items()]
     answers: dict[str, list] = {}
+    decided_by = {m: "P(answerable)" if c.decide.model is not None else "confidence"
+                  for _, variants in groups for m, c in variants.items()}
     for gbase, variants in groups:
         sc = scope(store, gbase, config.filters, principal, allow)  # each contract's own filters and access
         cands = gather(store, gbase, texts, sc=sc, embedder=embedder, depth=config.depth,
@@ -298,7 +338,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     from ..query.pipeline import access_tags
 
     restricted = access_tags(base, principal, allow) is not None
-    return EvalReport(qs, config, results, _store_info(store, restricted), source=source)
+    return EvalReport(qs, config, results, _store_info(store, restricted), source=source, decided_by=decided_by)
 
 
 def _store_info(store, restricted: bool = False) -> dict:

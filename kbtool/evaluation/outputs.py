@@ -1,5 +1,5 @@
 """Files a run leaves behind: eval's summary.json, per-question CSV, TREC runs and qrels and HTML
-report; calibrate's calibration.json and calibration.png. Writers only: every number is already
+report; calibrate's calibration.json, calibration.png and report.html. Writers only: every number is already
 in the report or result they are given.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .questions import trec_id, write_trec_qrels
-from .report import render_html
+from .report import render_calibration_html, render_html
 
 
 def write_report(report, out_dir: Path) -> list[Path]:
@@ -71,18 +71,22 @@ def _safe(mode: str) -> str:
 
 
 def write_calibration(result, out_dir) -> list[Path]:
-    """calibration.json (everything) and calibration.png (trade-off, distributions, weight curves;
-    with an answerability model, its ROC curve and reliability diagram)."""
+    """calibration.json (everything), calibration.png (trade-off, distributions, weight curves;
+    with an answerability model, its ROC curve and reliability diagram) and report.html (the
+    calibration's tables with calibration.png embedded: one file to open or send)."""
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         js = out_dir / "calibration.json"
-        _write(js, json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        data = result.to_dict()
+        _write(js, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
         png = out_dir / "calibration.png"
         plot_calibration(result, png)
+        html = out_dir / "report.html"
+        _write(html, render_calibration_html(data, png.read_bytes()))
     except OSError as exc:
         raise InputError(f"{out_dir}: cannot write ({exc.strerror})") from None
-    return [js, png]
+    return [js, png, html]
 
 
 def plot_calibration(result, path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from html import escape
 
 from ..contract import RETRIEVER
@@ -83,13 +84,6 @@ def render_html(data: dict) -> str:
             ["metric", "best single", "its value", fused, "delta"],
             [[n, per[n]["best_single"], per[n]["best_single_value"], per[n]["value"], per[n]["delta"]]
              for n in headline])
-    misses = []
-    primary = primary_mode(modes)
-    for q in data["per_question"]:
-        rank = q["modes"][primary]["first_relevant_rank"]
-        if q["answerable"] and (rank is None or rank > 5):
-            misses.append([q["id"], q["question"], ", ".join(q["tags"]),
-                           q["modes"][primary]["first_relevant_rank"], q["modes"][primary]["top_doc"]])
     gates = ""
     if data["gates"]:
         gates = "<h2>Gates</h2>" + _table(["gate", "required", "actual", "passed"],
@@ -118,8 +112,9 @@ level {escape(data['config']['level'])}; {escape(data['created_at'])}; kbtool {e
 {mistakes}
 {gates}
 {calibration}
-<h2>Answerable questions with no relevant result in the top 5 ({escape(primary)})</h2>
-{_table(["id", "question", "tags", "first relevant rank", "top document"], misses)}
+{_reliability(data.get("reliability") or {}, primary_mode(modes))}
+{_missed(data.get("missed"))}
+{_changed(data.get("baseline"), data["per_question"])}
 </body></html>
 """
 
@@ -164,7 +159,7 @@ def _mistakes(per_mode: dict) -> str:
     return "<h2>Refusal mistakes</h2>" + "".join(parts)
 
 
-def _calibration(cal: dict | None, now: dict | None) -> str:
+def _calibration(cal: dict | None, now: dict | None, title: str | None = None) -> str:
     """The contract's calibration: what it was tuned on, held-out results, thresholds and their
     rates, and the recorded metrics beside this run's."""
     if not cal:
@@ -172,7 +167,8 @@ def _calibration(cal: dict | None, now: dict | None) -> str:
     app = cal.get("appendix") or {}
     h = app.get("heldout") or {}
     qs = app.get("question_set") or {}
-    parts = [f"<h2>Calibration (contract_version {escape(str(cal.get('contract_version')))})</h2>",
+    heading = title or f"Calibration (contract_version {cal.get('contract_version')})"
+    parts = [f"<h2>{escape(heading)}</h2>",
              f"<p>Calibrated {escape(str(app.get('date')))} with kbtool {escape(str(app.get('kbtool_version')))} on "
              f"<code>{escape(str(qs.get('path')))}</code> ({qs.get('questions')} questions), objective "
              f"{escape(str(app.get('objective')))}, {app.get('folds')}-fold cross-validation, seed {app.get('seed')}; "
@@ -191,7 +187,131 @@ def _calibration(cal: dict | None, now: dict | None) -> str:
                 for name, t in {"default": th["default"], **th.get("tiers", {})}.items()]
         parts.append(_table(["tier", "answer", "refuse below", "false answers", "false refusals"], rows))
     recorded = (app.get("recorded") or {}).get("metrics") or {}
-    if recorded:
+    if recorded and now is None:  # calibrate's own report, or an eval without the contract mode
+        parts.append(_table(["metric", "recorded at calibration"], [[m, v] for m, v in recorded.items()]))
+    elif recorded:
         parts.append(_table(["metric", "recorded at calibration", "this run (contract)"],
-                            [[m, v, (now or {}).get(m)] for m, v in recorded.items()]))
+                            [[m, v, now.get(m)] for m, v in recorded.items()]))
     return "".join(parts)
+
+
+def _missed(missed: dict | None) -> str:
+    """Per mode, the answerable questions with no relevant result in the top K (``missed``)."""
+    if not missed:
+        return ""
+    k = missed["k"]
+    parts = [f"<h2>Answerable questions with no relevant result in the top {k}</h2>"]
+    for mode, rows in missed["modes"].items():
+        parts.append(f"<h3>{escape(mode)}: {len(rows)} missed</h3>")
+        if rows:
+            parts.append(_table(["id", "question", "tags", "first relevant rank", "top document"],
+                                [[x["id"], x["question"], ", ".join(x["tags"]), x["first_relevant_rank"], x["top_doc"]]
+                                 for x in rows]))
+    return "".join(parts)
+
+
+def _changed(baseline: dict | None, per_question: list[dict]) -> str:
+    """Against ``--baseline``, per mode: the questions better or worse on the compared metric, and
+    those newly wrongly refused or answered and those fixed."""
+    if not baseline or not baseline.get("modes"):
+        return ""
+    text = {q["id"]: q["question"] for q in per_question}
+    parts = []
+    for mode, entry in baseline["modes"].items():
+        rows = []
+        metric = entry.get("compared_on")
+        for key, label in (("worse", f"worse on {metric}"), ("better", f"better on {metric}")):
+            rows += [[qid, text.get(qid, ""), label] for qid in entry.get(key) or []]
+        ref = entry.get("refusal") or {}
+        for kind, label in (("wrongly_refused", "wrongly refused"), ("wrongly_answered", "wrongly answered")):
+            v = ref.get(kind) or {}
+            rows += [[qid, text.get(qid, ""), f"newly {label}"] for qid in v.get("new") or []]
+            rows += [[qid, text.get(qid, ""), f"no longer {label}"] for qid in v.get("fixed") or []]
+        counts = []
+        if metric:
+            counts.append(f"{len(entry.get('better') or [])} better, {len(entry.get('worse') or [])} worse on {escape(metric)}")
+        for kind, label in (("wrongly_refused", "wrongly refused"), ("wrongly_answered", "wrongly answered")):
+            if kind in ref:
+                counts.append(f"{label}: {len(ref[kind]['new'])} new, {len(ref[kind]['fixed'])} fixed")
+        parts.append(f"<h3>{escape(mode)}: {'; '.join(counts) or 'nothing compared'}</h3>")
+        if rows:
+            parts.append(_table(["id", "question", "change"], rows))
+    compared = baseline.get("questions_compared")
+    head = "<h2>Questions that changed against the baseline</h2>"
+    if compared is not None:
+        head += f"<p>{compared} answerable questions compared.</p>"
+    return head + "".join(parts)
+
+
+def _reliability(rel: dict, primary: str) -> str:
+    """The decision value against the share of answerable questions, per mode (``reliability``)."""
+    if not rel:
+        return ""
+    table = _table(["mode", "decision value", "questions", "AUC", "Brier", "calibration error"],
+                   [[m, r["decided_by"], r["questions"], r["auc"], r["brier"], r["calibration_error"]]
+                    for m, r in rel.items()])
+    # The primary mode first: the first colour and the top of the legend.
+    order = [primary] + [m for m in rel if m != primary] if primary in rel else list(rel)
+    chart = _reliability_chart("Reliability diagram: decision value vs share answerable",
+                               {m: rel[m]["reliability"] for m in order})
+    return ("<h2>Calibration of the decision value (this run)</h2>"
+            "<p>Questions binned by their decision value (P(answerable), or without decide.model the top hit's "
+            "confidence); each point is a bin's mean value against the share of its questions that are answerable "
+            "(hover: the count). On the diagonal, the value means what it says.</p>" + chart + table)
+
+
+def _reliability_chart(title: str, series: dict[str, list[dict]]) -> str:
+    w, h, pad, legend = 420, 260, 40, 110
+    side = min(w - 2 * pad - legend, h - 2 * pad)
+
+    def x(v: float) -> float:
+        return pad + side * v
+
+    def y(v: float) -> float:
+        return h - pad - side * v
+
+    parts = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{escape(title)}" '
+             f'class="reliability">',
+             f'<text x="{w / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>']
+    for v in (0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{x(0)}" x2="{x(1)}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="g"/>'
+                     f'<text x="{pad - 4}" y="{y(v) + 4:.1f}" text-anchor="end" class="a">{v:g}</text>'
+                     f'<text x="{x(v):.1f}" y="{h - pad + 14}" text-anchor="middle" class="a">{v:g}</text>')
+    parts.append(f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(1)}" stroke="#999" stroke-dasharray="3,3"/>')
+    parts.append(f'<text x="{x(0.5)}" y="{h - 8}" text-anchor="middle" class="a">decision value (bin mean)</text>')
+    parts.append(f'<text x="12" y="{y(0.5)}" text-anchor="middle" class="a" '
+                 f'transform="rotate(-90 12 {y(0.5)})">share answerable</text>')
+    for i, (mode, bins) in enumerate(series.items()):
+        color = COLORS[i % len(COLORS)]
+        pts = " ".join(f"{x(b['predicted']):.1f},{y(b['observed']):.1f}" for b in bins)
+        if len(bins) > 1:
+            parts.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts += [f'<circle cx="{x(b["predicted"]):.1f}" cy="{y(b["observed"]):.1f}" r="3" fill="{color}">'
+                  f'<title>{escape(mode)}: {b["count"]} questions, value {b["predicted"]:.3f}, '
+                  f'answerable {b["observed"]:.3f}</title></circle>' for b in bins]
+        parts.append(f'<text x="{x(1) + 10}" y="{30 + 12 * i}" class="l" fill="{color}">{escape(mode)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_calibration_html(data: dict, png: bytes) -> str:
+    """calibrate's report.html: what the calibration found (``_calibration``'s tables) and
+    calibration.png embedded as a data: URI, so the page stands alone."""
+    app = data.get("appendix") or {}
+    src = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    notes = "".join(f"<li>{escape(str(n))}</li>" for n in data.get("notes") or [])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kbtool calibrate</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2rem;color:#222}}
+table{{border-collapse:collapse;margin:0.5rem 0 1.5rem}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}th{{background:#f3f3f3}}img{{max-width:100%}}
+</style></head><body>
+<h1>kbtool calibrate</h1>
+<p>{data.get("questions")} questions ({data.get("answerable")} answerable, {data.get("unanswerable")} unanswerable).</p>
+{_calibration({"appendix": app}, None, "What calibrate found (the proposal)")}
+{f"<ul>{notes}</ul>" if notes else ""}
+<h2>calibration.png</h2>
+<img src="{src}" alt="Refusal trade-off, P(answerable) by question kind, metric vs fusion weights; with a model, its ROC curve and reliability diagram">
+</body></html>
+"""
