@@ -38,13 +38,17 @@ class IndexReport:
         return asdict(self)
 
 
-def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | None = None,
+def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | bool | None = None,
           models: dict | None = None) -> IndexReport:
     """Chunk documents that have no chunks yet (e.g. after ``--parse-only``, or left by an
     interrupted chunking: with the parameters it recorded, never mixed sizes), then sync every index.
     ``models``: loaded embedders of further dense retrievers by name (``dense:NAME``); the others
-    are loaded as needed."""
+    are loaded as needed. ``progress``: a callback ``(stage, advance, total)``, or True for plain
+    progress lines on standard error."""
     from .embed import load_embedder
+    from .progress import resolve
+
+    progress = resolve(progress)
 
     embedder = embedder or load_embedder(store.embedding_spec())
     with store.writing():

@@ -79,3 +79,20 @@ def test_rich_bars_show_no_absurd_rate(clock):
     assert eta_col.render(task).plain == "0:00:30"
     rendered = " ".join(str(c.render(task)) for c in bars.columns[2:])
     assert not re.search(r"\d{5,}", rendered.replace(",", "")), rendered
+
+
+def test_the_library_ingest_shows_progress_when_asked(tmp_path, embedder, capsys):
+    """Python's ingest() used to be silent for the whole run; progress=True gives the CLI's lines."""
+    from kbtool import IngestOptions, Store, ingest
+
+    from .conftest import write
+
+    for i in range(3):
+        write(tmp_path / "docs" / f"p{i}.md", f"# Page {i}\n\nText of page {i}.\n")
+    store = Store.open(tmp_path / "kb", create=True)
+    ingest(store, [tmp_path / "docs"], IngestOptions(), embedder=embedder, progress=True)
+    err = capsys.readouterr().err
+    for stage in ("parsing: 3/3 (100%)", "chunking: 3/3 (100%)", "embedding: 3/3 (100%)"):
+        assert stage in err, err
+    ingest(store, [tmp_path / "docs"], embedder=embedder)  # by default: silent
+    assert capsys.readouterr().err == ""

@@ -209,7 +209,7 @@ def path_metadata(doc_id: str, patterns: list[str]) -> dict:
 
 
 def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestOptions | None = None, *,
-           embedder=None, chunk_params: ChunkParams | None = None, progress: Progress | None = None,
+           embedder=None, chunk_params: ChunkParams | None = None, progress: Progress | bool | None = None,
            sources: list | None = None, update_sources: bool = False,
            root_moved: list[tuple[str | Path, str | Path]] | None = None) -> IngestReport:
     """Bring the store in line with the given files or folders, holding the store's writer lock.
@@ -219,7 +219,11 @@ def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestO
     options not given in ``options`` keep the store's record for that folder; a different value is
     a UsageError unless ``update_sources``. ``root_moved`` pairs (old root, new folder) say a folder
     moved: its documents, chunks and vectors are re-used from the new place (a root whose folder is
-    gone is taken as moved when another folder brings the same document ids)."""
+    gone is taken as moved when another folder brings the same document ids). ``progress``: a
+    callback ``(stage, advance, total)``, or True for plain progress lines on standard error."""
+    from ..progress import resolve
+
+    progress = resolve(progress)
     for raw in paths or []:  # every path is checked before anything is written, or any lock is waited for
         if not Path(raw).exists():
             raise UsageError(f"{raw}: no such file or folder")
