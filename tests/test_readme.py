@@ -34,3 +34,16 @@ def test_readme_block_runs(n, tmp_path):
     assert "Traceback" not in r.stderr
     if "retrieve(" in code:
         assert re.search(r"^(answer|low_confidence|refuse) ", r.stdout, re.M), r.stdout[-2000:]
+
+
+def test_the_readme_ingest_example_shows_what_ingesting_the_sample_gives(sample_store):
+    """The `kbtool ingest sample_corpus` transcript in the README (documents and chunks) is what
+    the sample corpus gives today (it once said 134 chunks when the demo made 130)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index("$ kbtool ingest sample_corpus\n"):]
+    first = re.search(r"^\.kb: (\d+) added.*\nindex: (\d+) chunks, (\d+) embedded", block, re.M)
+    again = re.search(r"^\.kb: 0 added, 0 updated, (\d+) unchanged.*\nindex: (\d+) chunks, 0 embedded", block, re.M)
+    status = sample_store.status()
+    assert first and again, "the README's ingest transcript has changed shape"
+    assert int(first[1]) == int(again[1]) == status["documents"]
+    assert int(first[2]) == int(first[3]) == int(again[2]) == status["chunks"]
