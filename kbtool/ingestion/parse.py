@@ -251,6 +251,7 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
         from unstructured.partition.md import partition_md
 
         from .markup import MarkupRules, clean_markdown, plain_heading
+        from .mdcode import extensions
 
         source = decode_text(data, name, encoding)
         ctx = markup or MarkupContext()
@@ -267,7 +268,7 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
         done = 0
         for a, b in zip(cuts, cuts[1:]):
             piece = "\n".join(lines[a:b])
-            piece_blocks = elements_to_blocks(partition_md(text=piece, languages=NO_LANGUAGES),
+            piece_blocks = elements_to_blocks(partition_md(text=piece, languages=NO_LANGUAGES, extensions=extensions()),
                                               stack=blocks[-1].section if blocks else None)
             locate_lines(piece_blocks, piece, cleaned.line_map[a:b], a)
             blocks.extend(piece_blocks)
@@ -380,6 +381,7 @@ def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CLOSING_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*$")
 
 
 def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, line_offset: int = 0) -> None:
@@ -407,9 +409,21 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
                 return pos
         return -1
 
-    def source_line(pos: int) -> int:
-        n = word_line[pos]
+    def source_line(pos: int, n: int | None = None) -> int:
+        n = word_line[pos] if n is None else n
         return (line_map[n] if line_map and n < len(line_map) else n + 1 + line_offset)
+
+    lines = text.split("\n")
+
+    def closing_fence(pos: int) -> int | None:
+        """The line of the fence that closes a code block whose last word is at ``pos`` (a fence
+        line has no words to find)."""
+        for n in range(word_line[pos] + 1, min(len(lines), word_line[pos] + 4)):
+            if _CLOSING_FENCE.match(lines[n]):
+                return n
+            if lines[n].strip():
+                return None
+        return None
 
     starts: list[tuple[Block, int, list[str]]] = []
     cursor = 0
@@ -430,7 +444,9 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
         last = find(bw[-3:], first)
         end = (last + len(bw[-3:]) - 1) if 0 <= last < limit else min(first + len(bw), limit) - 1
         end = max(first, min(end, limit - 1, len(words) - 1))
-        b.lines = (source_line(first), max(source_line(first), source_line(end)))
+        fence = closing_fence(end) if b.kind == "code" and _CLOSING_FENCE.match(b.text.rsplit("\n", 1)[-1]) else None
+        last_line = source_line(end) if fence is None else source_line(end, fence)
+        b.lines = (source_line(first), max(source_line(first), last_line))
 
 
 def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int | None = None,

@@ -1,0 +1,111 @@
+"""Code as the author wrote it: a Python-Markdown extension for unstructured's ``partition_md``.
+
+unstructured renders Markdown to HTML and keeps the text of each element, so code loses what marks
+it as code: ``security_scopes.scopes`` reads as prose and a code block loses its fences and
+language. With this extension (in place of Python-Markdown's ``fenced_code``) the rendered text is
+the Markdown again:
+
+* inline code keeps its backticks (````x```` as written), except in headings, which become section
+  paths (labels, kept plain);
+* a fenced block keeps its fences and language (```` ```python ````; other fence attributes go),
+  also when it is indented inside a list item;
+* an indented code block is fenced (```` ``` ````), so it still reads as code once its indent is gone.
+
+What is embedded and BM25-indexed leaves the fence lines out (``document.index_text``).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as etree
+
+from markdown import util
+from markdown.extensions import Extension
+from markdown.extensions.fenced_code import FencedBlockPreprocessor
+from markdown.inlinepatterns import BACKTICK_RE, BacktickInlineProcessor
+from markdown.treeprocessors import Treeprocessor
+
+# FencedBlockPreprocessor's pattern, allowing an indent (a fence inside a list item), which the
+# closing fence repeats (up to 3 spaces less, as CommonMark allows).
+_FENCED = re.compile(
+    r"(?P<indent>^[ ]*)(?P<fence>`{3,}|~{3,})[ ]*"
+    r"(?:\{(?P<attrs>[^\n]*)\}|\.?(?P<lang>[\w#.+-]*)[^\n]*)\n"
+    r"(?P<code>.*?)(?<=\n)"
+    r"(?P=indent)?[ ]{0,3}(?P=fence)[ ]*$",
+    re.MULTILINE | re.DOTALL)
+_CLASS = re.compile(r"(?:^|\s)\.([\w#+-]+)")
+_PLAIN = "data-kbtool-plain"  # on a <code> span: its text without the backticks (for headings)
+
+
+class _Fences(FencedBlockPreprocessor):
+    """Fenced blocks into the HTML stash as ``<pre><code>`` holding the fences themselves."""
+
+    def __init__(self, md):
+        super().__init__(md, {})
+
+    def run(self, lines: list[str]) -> list[str]:
+        text = "\n".join(lines)
+        index = 0
+        while True:
+            m = _FENCED.search(text, index)
+            if not m:
+                break
+            indent = m.group("indent")
+            lang = m.group("lang") or ""
+            if m.group("attrs") is not None:
+                c = _CLASS.search(m.group("attrs"))
+                lang = c.group(1) if c else ""
+            body = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" ")
+                           for line in m.group("code").splitlines(keepends=True))
+            fence = m.group("fence")
+            code = f"<pre><code>{self._escape(f'{fence}{lang}' + chr(10) + body + fence)}</code></pre>"
+            placeholder = self.md.htmlStash.store(code)
+            text = f"{text[:m.start()]}\n{indent}{placeholder}\n{text[m.end():]}"
+            index = m.start() + 1 + len(indent) + len(placeholder)
+        return text.split("\n")
+
+
+class _Backticks(BacktickInlineProcessor):
+    """Inline code as written, backticks included."""
+
+    def handleMatch(self, m, data):
+        if m.group(1):
+            return super().handleMatch(m, data)
+        begin = m.start(0)
+        start, end = self.find_code_spans(begin, data)
+        if end is None:
+            return None, begin, start
+        ticks = start - begin
+        el = etree.Element("code")
+        el.text = util.AtomicString(util.code_escape(data[begin:end + ticks]))
+        el.set(_PLAIN, data[start:end].strip())
+        return el, begin, end + ticks
+
+
+class _Finish(Treeprocessor):
+    """Indented code blocks get fences; inline code in headings loses its backticks."""
+
+    def run(self, root):
+        for pre in root.iter("pre"):
+            if len(pre) and pre[0].tag == "code" and not len(pre[0]) and pre[0].text is not None:
+                pre[0].text = util.AtomicString("```\n" + pre[0].text.rstrip("\n") + "\n```\n")
+        for el in root.iter():
+            if el.tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+                for code in el.iter("code"):
+                    if code.get(_PLAIN) is not None:
+                        code.text = util.AtomicString(util.code_escape(code.get(_PLAIN)))
+            if el.tag == "code" and _PLAIN in el.attrib:
+                del el.attrib[_PLAIN]
+
+
+class CodeAsWritten(Extension):
+    def extendMarkdown(self, md):
+        md.registerExtension(self)
+        md.preprocessors.register(_Fences(md), "fenced_code_block", 25)
+        md.inlinePatterns.register(_Backticks(BACKTICK_RE), "backtick", 190)
+        md.treeprocessors.register(_Finish(md), "kbtool_code", 5)
+
+
+def extensions() -> list:
+    """What ``partition_md(extensions=...)`` gets: tables, and code as written."""
+    return ["tables", CodeAsWritten()]
