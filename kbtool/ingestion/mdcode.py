@@ -11,7 +11,8 @@ the Markdown again:
   also when it is indented inside a list item;
 * an indented code block is fenced (```` ``` ````), so it still reads as code once its indent is gone.
 
-What is embedded and BM25-indexed leaves the fence lines out (``document.index_text``).
+The chunk text, embedded and BM25-indexed as it is stored: the analyzer drops backticks (identifiers
+in them are the same tokens), a fence line gives at most its language as a token.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from markdown.treeprocessors import Treeprocessor
 # closing fence repeats (up to 3 spaces less, as CommonMark allows).
 _FENCED = re.compile(
     r"(?P<indent>^[ ]*)(?P<fence>`{3,}|~{3,})[ ]*"
-    r"(?:\{(?P<attrs>[^\n]*)\}|\.?(?P<lang>[\w#.+-]*)[^\n]*)\n"
+    r"(?:\{(?P<attrs>[^\n]*)\}|\.?(?P<lang>[\w#.+-]*)(?:[ ]+[^`\n]*)?)[ ]*\n"
     r"(?P<code>.*?)(?<=\n)"
     r"(?P=indent)?[ ]{0,3}(?P=fence)[ ]*$",
     re.MULTILINE | re.DOTALL)
