@@ -100,13 +100,13 @@ def test_parsed_markdown_keeps_code_marks_and_line_numbers(tmp_path):
     assert next(b for b in blocks if b.kind == "title" and "Reading" in b.text).anchor == "reading"
 
 
-def test_code_marks_survive_attrs_tildes_and_double_backticks(tmp_path):
+def test_code_marks_survive_attrs_tildes_quotes_and_double_backticks(tmp_path):
     path = write(tmp_path / "x.md", '# X\n\nUse ``a`b`` here.\n\n~~~{.js title="x.js"}\nconst a = 1 < 2 && b;\n~~~\n\n'
-                                    '```python hl_lines="1"\nprint(1)\n```\n')
+                                    '```python hl_lines="1"\nprint(1)\n```\n\n> ```sh\n> ls -la\n> ```\n')
     blocks = parse_file(path, "x.md").blocks
     assert [b.text for b in blocks[1:]] == ["Use ``a`b`` here.", "~~~js\nconst a = 1 < 2 && b;\n~~~",
-                                            "```python\nprint(1)\n```"]
-    assert [b.lines for b in blocks[2:]] == [(5, 7), (9, 11)]
+                                            "```python\nprint(1)\n```", "```sh\nls -la\n```"]
+    assert [b.lines for b in blocks[2:]] == [(5, 7), (9, 11), (13, 15)]
 
 
 def test_html_files_are_left_as_they_are(tmp_path):

@@ -8,7 +8,7 @@ the Markdown again:
 * inline code keeps its backticks (````x```` as written), except in headings, which become section
   paths (labels, kept plain);
 * a fenced block keeps its fences and language (```` ```python ````; other fence attributes go),
-  also when it is indented inside a list item;
+  also when it is indented inside a list item or quoted;
 * an indented code block is fenced (```` ``` ````), so it still reads as code once its indent is gone.
 
 The chunk text, embedded and BM25-indexed as it is stored: the analyzer drops backticks (identifiers
@@ -26,10 +26,10 @@ from markdown.extensions.fenced_code import FencedBlockPreprocessor
 from markdown.inlinepatterns import BACKTICK_RE, BacktickInlineProcessor
 from markdown.treeprocessors import Treeprocessor
 
-# FencedBlockPreprocessor's pattern, allowing an indent (a fence inside a list item), which the
-# closing fence repeats (up to 3 spaces less, as CommonMark allows).
+# FencedBlockPreprocessor's pattern, allowing an indent or quote marks (a fence inside a list item
+# or a block quote), which the closing fence repeats.
 _FENCED = re.compile(
-    r"(?P<indent>^[ ]*)(?P<fence>`{3,}|~{3,})[ ]*"
+    r"(?P<indent>^[ ]*(?:>[ ]?[ ]*)*)(?P<fence>`{3,}|~{3,})[ ]*"
     r"(?:\{(?P<attrs>[^\n]*)\}|\.?(?P<lang>[\w#.+-]*)(?:[ ]+[^`\n]*)?)[ ]*\n"
     r"(?P<code>.*?)(?<=\n)"
     r"(?P=indent)?[ ]{0,3}(?P=fence)[ ]*$",
@@ -56,7 +56,7 @@ class _Fences(FencedBlockPreprocessor):
             if m.group("attrs") is not None:
                 c = _CLASS.search(m.group("attrs"))
                 lang = c.group(1) if c else ""
-            body = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" ")
+            body = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" >")
                            for line in m.group("code").splitlines(keepends=True))
             fence = m.group("fence")
             code = f"<pre><code>{self._escape(f'{fence}{lang}' + chr(10) + body + fence)}</code></pre>"

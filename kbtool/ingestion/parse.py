@@ -385,8 +385,8 @@ def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_CLOSING_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*$")
-_OPENING_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_CLOSING_FENCE = re.compile(r"^[\s>]*(`{3,}|~{3,})\s*$")  # indented, or quoted
+_OPENING_FENCE = re.compile(r"^[\s>]*(`{3,}|~{3,})")
 
 
 def _code_body(block: Block) -> str:
