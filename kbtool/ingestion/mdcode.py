@@ -45,25 +45,19 @@ class _Fences(FencedBlockPreprocessor):
         super().__init__(md, {})
 
     def run(self, lines: list[str]) -> list[str]:
-        text = "\n".join(lines)
-        index = 0
-        while True:
-            m = _FENCED.search(text, index)
-            if not m:
-                break
-            indent = m.group("indent")
-            lang = m.group("lang") or ""
-            if m.group("attrs") is not None:
-                c = _CLASS.search(m.group("attrs"))
-                lang = c.group(1) if c else ""
-            body = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" >")
-                           for line in m.group("code").splitlines(keepends=True))
-            fence = m.group("fence")
-            code = f"<pre><code>{self._escape(f'{fence}{lang}' + chr(10) + body + fence)}</code></pre>"
-            placeholder = self.md.htmlStash.store(code)
-            text = f"{text[:m.start()]}\n{indent}{placeholder}\n{text[m.end():]}"
-            index = m.start() + 1 + len(indent) + len(placeholder)
-        return text.split("\n")
+        return _FENCED.sub(self._stash, "\n".join(lines)).split("\n")
+
+    def _stash(self, m: re.Match) -> str:
+        indent = m.group("indent")
+        lang = m.group("lang") or ""
+        if m.group("attrs") is not None:
+            c = _CLASS.search(m.group("attrs"))
+            lang = c.group(1) if c else ""
+        body = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" >")
+                       for line in m.group("code").splitlines(keepends=True))
+        fence = m.group("fence")
+        code = f"<pre><code>{self._escape(f'{fence}{lang}' + chr(10) + body + fence)}</code></pre>"
+        return f"\n{indent}{self.md.htmlStash.store(code)}\n"
 
 
 class _Backticks(BacktickInlineProcessor):
