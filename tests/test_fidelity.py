@@ -109,6 +109,15 @@ def test_code_marks_survive_attrs_tildes_quotes_and_double_backticks(tmp_path):
     assert [b.lines for b in blocks[2:]] == [(5, 7), (9, 11), (13, 15)]
 
 
+def test_an_indented_block_showing_a_fence_stays_one_code_block(tmp_path):
+    path = write(tmp_path / "t.md", "# T\n\nShow Markdown:\n\n    ```python\n    x = 1\n    ```\n\nafter\n\n"
+                                    "1. step one\n   continues here\n\n    ```console\n    $ pip install kbtool\n    ```\n")
+    blocks = parse_file(path, "t.md").blocks
+    assert [(b.kind, b.text, b.lines) for b in blocks if b.kind == "code"] == [
+        ("code", "````\n```python\nx = 1\n```\n````", (5, 7)),
+        ("code", "```console\n$ pip install kbtool\n```", (14, 16))]
+
+
 def test_html_files_are_left_as_they_are(tmp_path):
     path = write(tmp_path / "p.html", "<html><body><h1>P</h1><p>We use <code>a.b</code> here.</p>"
                                       "<pre><code>x = 1</code></pre></body></html>")

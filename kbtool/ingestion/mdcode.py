@@ -34,6 +34,7 @@ _FENCED = re.compile(
     r"(?P<code>.*?)(?<=\n)"
     r"(?P=indent)?[ ]{0,3}(?P=fence)[ ]*$",
     re.MULTILINE | re.DOTALL)
+_LIST_ITEM = re.compile(r"^[ ]*(?:[-*+]|\d+[.)])[ ]")
 _CLASS = re.compile(r"(?:^|\s)\.([\w#+-]+)")
 _PLAIN = "data-kbtool-plain"  # on a <code> span: its text without the backticks (for headings)
 
@@ -49,6 +50,8 @@ class _Fences(FencedBlockPreprocessor):
 
     def _stash(self, m: re.Match) -> str:
         indent = m.group("indent")
+        if len(indent) >= 4 and ">" not in indent and not _in_list(m.string, m.start(), len(indent)):
+            return m.group(0)  # an indented code block that shows a fence: code as it is
         lang = m.group("lang") or ""
         if m.group("attrs") is not None:
             c = _CLASS.search(m.group("attrs"))
@@ -58,6 +61,20 @@ class _Fences(FencedBlockPreprocessor):
         fence = m.group("fence")
         code = f"<pre><code>{self._escape(f'{fence}{lang}' + chr(10) + body + fence)}</code></pre>"
         return f"\n{indent}{self.md.htmlStash.store(code)}\n"
+
+
+def _in_list(text: str, at: int, indent: int) -> bool:
+    """Whether the line at ``at``, indented by ``indent``, continues a list item: a list item less
+    indented comes before it, with only blank or indented lines between."""
+    for line in reversed(text[max(0, at - 20_000):at].split("\n")[:-1]):
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip(" "))
+        if depth < indent and _LIST_ITEM.match(line):
+            return True
+        if depth == 0:
+            return False
+    return False
 
 
 class _Backticks(BacktickInlineProcessor):
@@ -83,7 +100,9 @@ class _Finish(Treeprocessor):
     def run(self, root):
         for pre in root.iter("pre"):
             if len(pre) and pre[0].tag == "code" and not len(pre[0]) and pre[0].text is not None:
-                pre[0].text = util.AtomicString("```\n" + pre[0].text.rstrip("\n") + "\n```\n")
+                code = pre[0].text.rstrip("\n")
+                fence = "`" * max([3] + [len(run) + 1 for run in re.findall(r"`{3,}", code)])
+                pre[0].text = util.AtomicString(f"{fence}\n{code}\n{fence}\n")
         for el in root.iter():
             if el.tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
                 for code in el.iter("code"):
