@@ -1,7 +1,8 @@
 """Structure-first chunking.
 
 Blocks are grouped by their section path; tables and code blocks stay whole (up to
-``hard_max`` tokens); text is packed up to ``size`` tokens and a unit longer than that is split
+``hard_max`` tokens; a bigger one is split by rows, or lines, each piece keeping the table's header
+or the code's fences); text is packed up to ``size`` tokens and a unit longer than that is split
 recursively with overlap by langchain-text-splitters. Every size is counted in the embedding
 model's own word pieces, *including* the title/section prefix that is embedded with the chunk,
 so the default size fits the model's window and no text is silently invisible to the dense side.
@@ -188,6 +189,9 @@ def _piece_lines(unit: _Unit, offset: int, length: int) -> tuple[int, int] | Non
     return (min(a, last), min(max(a, b), last))
 
 
+_FENCED = re.compile(r"((?:`{3,}|~{3,})[^\n]*)\n(.*)\n([`~]{3,})[ \t]*", re.DOTALL)  # a fenced code block's text
+
+
 def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int, int]]:
     """Pieces of one unit as (text, offset in the unit, length of the unit text it covers)."""
     if unit.kind == "table":
@@ -202,6 +206,21 @@ def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> lis
             off = cursor if off < 0 else off
             cursor = off + len(piece)
             out.append((header + "\n" + piece if rows else piece, off, len(piece)))
+        return out
+    fenced = _FENCED.fullmatch(unit.text) if unit.kind == "code" else None
+    if fenced:
+        # A fenced block too big for one chunk: split by lines, each piece in the block's fences.
+        opening, body, closing = fenced.group(1), fenced.group(2), fenced.group(3)
+        room = max(budget - (count(opening + "\n" + closing) - count("")), budget // 2)
+        out, cursor = [], len(opening) + 1
+        for piece in _splitter(room, params.overlap, count, ["\n"]).split_text(body):
+            off = unit.text.find(piece, cursor)
+            off = cursor if off < 0 else off
+            out.append((f"{opening}\n{piece.strip(chr(10))}\n{closing}", off, len(piece)))
+            cursor = off + 1
+        if out:  # the first piece starts at the opening fence, the last ends at the closing one
+            out[0] = (out[0][0], 0, out[0][1] + out[0][2])
+            out[-1] = (out[-1][0], out[-1][1], len(unit.text) - out[-1][1])
         return out
     seps = ["\n"] if unit.kind == "code" else None
     pieces = _splitter(budget, params.overlap, count, seps).split_text(unit.text)

@@ -57,6 +57,10 @@ def size_limit(path: Path, max_bytes: int | None = None) -> int:
         return max_bytes
     return MAX_SIZE_BY_TYPE.get(SUPPORTED.get(path.suffix.lower(), ""), MAX_FILE_SIZE)
 TEXT_TYPES = {"md", "txt", "html", "csv"}
+# Raised when a type's parsing changes what it gives: part of each document's parse options, so an
+# existing store re-parses those documents (chunks whose text stays the same keep their vectors).
+# md 2: code keeps its Markdown (inline backticks, fences and language; see mdcode.py).
+PARSER_VERSIONS = {"md": 2}
 NO_LANGUAGES = [""]  # unstructured: no language detection (kbtool never reads metadata.languages)
 # Plain text and Markdown longer than this are partitioned in pieces of about this size (characters).
 # unstructured's text partitioner is slower per MB on bigger inputs: 100k-character pieces parsed 2 MB
@@ -251,6 +255,7 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
         from unstructured.partition.md import partition_md
 
         from .markup import MarkupRules, clean_markdown, plain_heading
+        from .mdcode import extensions
 
         source = decode_text(data, name, encoding)
         ctx = markup or MarkupContext()
@@ -267,7 +272,7 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
         done = 0
         for a, b in zip(cuts, cuts[1:]):
             piece = "\n".join(lines[a:b])
-            piece_blocks = elements_to_blocks(partition_md(text=piece, languages=NO_LANGUAGES),
+            piece_blocks = elements_to_blocks(partition_md(text=piece, languages=NO_LANGUAGES, extensions=extensions()),
                                               stack=blocks[-1].section if blocks else None)
             locate_lines(piece_blocks, piece, cleaned.line_map[a:b], a)
             blocks.extend(piece_blocks)
@@ -380,6 +385,16 @@ def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CLOSING_FENCE = re.compile(r"^[\s>]*(`{3,}|~{3,})\s*$")  # indented, or quoted
+_OPENING_FENCE = re.compile(r"^[\s>]*(`{3,}|~{3,})")
+
+
+def _code_body(block: Block) -> str:
+    """A block's text without the fence lines of a fenced code block (Markdown's code as written)."""
+    text = block.text
+    if block.kind == "code" and _OPENING_FENCE.match(text) and "\n" in text and _CLOSING_FENCE.match(text.rsplit("\n", 1)[1]):
+        return text.split("\n", 1)[1].rsplit("\n", 1)[0]
+    return text
 
 
 def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, line_offset: int = 0) -> None:
@@ -407,14 +422,24 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
                 return pos
         return -1
 
-    def source_line(pos: int) -> int:
-        n = word_line[pos]
+    def source_line(pos: int, n: int | None = None) -> int:
+        """The source line of word ``pos`` (or of line ``n`` of ``text``)."""
+        n = word_line[pos] if n is None else n
         return (line_map[n] if line_map and n < len(line_map) else n + 1 + line_offset)
+
+    lines = text.split("\n")
+
+    def fence_line(pos: int, step: int, pattern: re.Pattern) -> int | None:
+        """The fence line just before (step -1) or after (step 1) the line of word ``pos``, the first
+        or last word of a fenced code block: fences are not found by their words (the info string
+        is not kept whole, a closing fence has none)."""
+        n = word_line[pos] + step
+        return n if 0 <= n < len(lines) and pattern.match(lines[n]) else None
 
     starts: list[tuple[Block, int, list[str]]] = []
     cursor = 0
     for b in blocks:
-        bw = _WORD.findall(b.text.lower())
+        bw = _WORD.findall(_code_body(b).lower())
         if not bw:
             continue
         first = find(bw[:3], cursor)
@@ -430,7 +455,11 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
         last = find(bw[-3:], first)
         end = (last + len(bw[-3:]) - 1) if 0 <= last < limit else min(first + len(bw), limit) - 1
         end = max(first, min(end, limit - 1, len(words) - 1))
-        b.lines = (source_line(first), max(source_line(first), source_line(end)))
+        opening = closing = None
+        if b.kind == "code" and _CLOSING_FENCE.match(b.text.rsplit("\n", 1)[-1]):
+            opening, closing = fence_line(first, -1, _OPENING_FENCE), fence_line(end, 1, _CLOSING_FENCE)
+        start_line = source_line(first, opening)
+        b.lines = (start_line, max(start_line, source_line(end, closing)))
 
 
 def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int | None = None,

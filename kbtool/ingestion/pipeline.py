@@ -18,7 +18,7 @@ from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from ..store.manifest import now_iso
-from .parse import SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
 from .sources import IngestOptions, check_clashes, plan
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
@@ -395,7 +395,9 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         sha = sha256_bytes(data)
     # The run's --meta and parse options are stored with the document: the same file, metadata and
     # options is unchanged — unless a file it includes changed.
-    stored_opts = json.dumps({**json.loads(opts_json), "meta": json.loads(meta_json)}, sort_keys=True)
+    parser = PARSER_VERSIONS.get(SUPPORTED.get(src.path.suffix.lower(), "")) if src.beir is None else None
+    stored_opts = json.dumps({**json.loads(opts_json), "meta": json.loads(meta_json),
+                              **({"parser": parser} if parser else {})}, sort_keys=True)
     if prev and prev[1] == fingerprint(sha, stored_opts) and not _includes_changed(store, src.doc_id, root):
         return "unchanged"
     if src.beir is not None:
