@@ -266,7 +266,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
         if rel is None:
             base = Path(job.root.removeprefix("beir:"))
             rel = job.path.relative_to(base).as_posix() if job.path.is_relative_to(base) else "."
-        paths_before = [] if (rec and "." in (rec.get("paths") or [])) else (rec.get("paths") or [])
+        paths_before = rec.get("paths") or []  # a part ingested again never narrows the record
         recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
         if "." in recorded[job.root]["paths"]:
             recorded[job.root]["paths"] = ["."]
@@ -284,7 +284,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     rules_shown = None
     for job, (sources_, unreadable) in zip(jobs, found):
         options = job.options
-        gone = _gone(store, job, unreadable)
+        gone = _gone(store, job, unreadable, sources_, {j.root for j in jobs})
         rules = MarkupRules.parse(options.markup_off)
         rules_shown = rules_shown or rules
         opts = {"encoding": options.encoding} if options.encoding else {}
@@ -327,7 +327,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     # A folder ingested before inside one ingested now: its documents moved into it, so does its record.
     roots_now = store.document_roots()
     absorbed = [r for r in store.manifest.get("sources") or {}
-                if r not in roots_now and not r.startswith("beir:") and any(
+                if r not in roots_now and not r.startswith("beir:") and r not in {j.root for j in jobs} and any(
                     j.root != r and not j.root.startswith("beir:") and Path(r).is_relative_to(j.root) for j in jobs)]
     for r in absorbed:
         store.manifest["sources"].pop(r)
@@ -363,8 +363,12 @@ def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
     return items, unreadable
 
 
-def _gone(store: Store, job, unreadable: list[str] | None) -> list[str]:
-    """Ids of documents the job's folder held before (it mirrors them): those it no longer brings go."""
+def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = None,
+          active: set[str] = frozenset()) -> list[str]:
+    """Ids of documents the job's folder held before (it mirrors them): those it no longer brings go,
+    so do those ingested under another id prefix of the same root. A root nested in the folder and
+    ingested before loses the documents whose files the folder now brings (or that are gone) —
+    unless it is itself ingested in this run (a source of its own)."""
     if unreadable is None:  # a single file
         return []
     options, path = job.options, job.path
@@ -374,9 +378,17 @@ def _gone(store: Store, job, unreadable: list[str] | None) -> list[str]:
         return [d for d, (r, _) in known.items() if r == job.root]
     base = Path(job.root)
     prefix = prefix_id + ("" if path == base else path.relative_to(base).as_posix() + "/")
+    brought = {str(i.path) for i in items or []}
+    files = store.document_files()
+
+    def taken_over(d: str, r: str) -> bool:  # a document of an old nested root
+        return (r not in active and not r.startswith("beir:") and Path(r).is_relative_to(path)
+                and (files.get(d) in brought or not Path(files.get(d) or r).is_file()))
+
     return [d for d, (r, _) in known.items()
             if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix):], options.include, options.exclude))
-                or (r != job.root and not r.startswith("beir:") and Path(r).is_relative_to(path)))  # an old nested root
+                or (r == job.root and not d.startswith(prefix_id))  # ingested under the prefix the root had before
+                or (r != job.root and taken_over(d, r)))
             and not any(d.startswith(prefix_id + u) for u in unreadable)]
 
 

@@ -81,6 +81,13 @@ def filled(options, recorded: dict | None, where: str, update: bool):
     for k in SOURCE_OPTIONS:
         given = getattr(options, k)
         old = recorded.get(k, DEFAULTS[k]) if recorded else DEFAULTS[k]
+        if k == "id_prefix" and given is not None:  # 'zh' and 'zh/' are the same prefix
+            from ..contract import normalise_id_prefix
+
+            try:
+                given = normalise_id_prefix(given)
+            except ValueError as exc:
+                raise UsageError(f"{where}: {exc}") from None
         if given is None:
             values[k] = old
         else:
@@ -195,7 +202,7 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
     elif paths:
         for raw in paths:
             real = Path(raw).resolve()
-            fmt = given.get("format") or "auto"
+            fmt = given.get("format") or ("beir" if "beir:" + str(real) in recorded else "auto")
             if fmt == "beir":
                 key = "beir:" + str(real)
                 rec = recorded.get(key)
@@ -210,8 +217,10 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
                 moved_from = _moved_here(store, real, (doc_roots | set(recorded)) - {key})
             if rec is None and moved_from:  # a moved folder keeps its options
                 rec = recorded.get(moved_from[0])
-            opts = filled(options, rec, str(raw), update)
-            opts = _absolute_include_root(opts, Path(key.removeprefix("beir:")), str(raw))
+            here = Path(key.removeprefix("beir:"))
+            # a given include root is compared with the record as recorded: relative to the root
+            opts = filled(_absolute_include_root(replace(options, format=fmt), here, str(raw)), rec, str(raw), update)
+            opts = _absolute_include_root(opts, here, str(raw))
             jobs.append(Job(real, key, opts, moved_from=moved_from))
     else:
         if given:
@@ -276,9 +285,16 @@ def check_clashes(store: Store, jobs: list, found: list) -> None:
     """Ids a job brings that another root (not nested in it, not moved to it) already holds: a
     UsageError naming the ways out, before anything is written."""
     known = store.document_hashes()
+    run: dict[str, Job] = {}  # id -> the job of this run that brings it
     for job, (items, _) in zip(jobs, found):
         others: dict[str, list[str]] = {}
         for item in items:
+            first = run.setdefault(item.doc_id, job)
+            if first.root != job.root:
+                where = lambda j: f"data.sources root {j.declared!r}" if j.declared else str(j.path)  # noqa: E731
+                raise UsageError(
+                    f"{where(job)}: document id {item.doc_id!r} also comes from {where(first)} (the same id from two "
+                    f"sources): give one of them its own id prefix, or exclude the nested folder from the other")
             prev = known.get(item.doc_id)
             if prev is None or prev[0] == job.root or prev[0] in job.moved_from:
                 continue

@@ -257,6 +257,10 @@ class Catalog:
     def document_paths(self, root: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT path FROM documents WHERE root=?", (root,))]
 
+    def document_files(self) -> dict[str, str]:
+        """doc_id -> the path of the file it was ingested from."""
+        return {r[0]: r[1] for r in self.db.execute("SELECT doc_id, path FROM documents")}
+
     def document_roots(self) -> dict[str, int]:
         """root -> number of documents."""
         return {r[0]: r[1] for r in self.db.execute("SELECT root, count(*) FROM documents GROUP BY root")}

@@ -1,0 +1,119 @@
+"""Review of the sources feature (issue 18): defects found by trying it as a user would, each
+with the real CLI, real files, a real store and the bundled model."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+
+from .conftest import write
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _report(r):
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _status(kb):
+    return json.loads(run("status", "--store", kb, "--json").stdout)
+
+
+def _docs(root):
+    write(root / "a.md", "# Apples\n\nApples are red fruit that grow on trees.\n")
+    write(root / "sub" / "s.md", "# Submarines\n\nSubmarines dive under the sea.\n")
+    write(root / "zh" / "z.md", "# Zebras\n\nZebras have black and white stripes.\n")
+    return root
+
+
+def _hits(kb, question):
+    r = run("query", question, "--store", kb, "--json", "-m", "bm25", "-k", "10")
+    assert r.exit_code in (0, 3), r.output
+    return [h["doc_id"] for h in json.loads(r.stdout)["hits"]]
+
+
+def test_ingesting_a_subfolder_does_not_narrow_the_recorded_folder(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs, "--store", kb, "--json"))
+    _report(run("ingest", docs / "sub", "--store", kb, "--json"))  # one part again, after an edit there
+    [src] = _status(kb)["sources"]
+    assert src["paths"] == ["."]
+    write(docs / "new.md", "# Newts\n\nNewts are small amphibians.\n")
+    rep = _report(run("ingest", "--store", kb, "--json"))  # the whole folder, as recorded
+    assert rep["added"] == ["new.md"]
+
+
+def test_the_same_id_prefix_or_include_root_given_again_is_not_a_change(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs / "zh", "--store", kb, "--id-prefix", "zh", "--json"))
+    rep = _report(run("ingest", docs / "zh", "--store", kb, "--id-prefix", "zh", "--json"))
+    assert rep["counts"]["unchanged"] == 1
+    rep = _report(run("ingest", docs / "zh", "--store", kb, "--id-prefix", "zh\\", "--json"))  # Windows spelling
+    assert rep["counts"]["unchanged"] == 1
+    kb2 = tmp_path / "kb2"
+    _report(run("ingest", docs, "--store", kb2, "--include-root", docs / "sub", "--json"))
+    rep = _report(run("ingest", docs, "--store", kb2, "--include-root", docs / "sub", "--json"))
+    assert rep["counts"]["unchanged"] == 3
+
+
+def test_changing_the_id_prefix_leaves_no_ghosts(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs / "zh", "--store", kb, "--json"))
+    rep = _report(run("ingest", docs / "zh", "--store", kb, "--id-prefix", "zh/", "--update-sources", "--json"))
+    assert rep["added"] == ["zh/z.md"] and rep["removed"] == ["z.md"]
+    assert _status(kb)["documents"] == 1
+    assert _hits(kb, "zebras stripes") == ["zh/z.md"]
+    assert run("doctor", "--store", kb).exit_code == 0
+
+
+def test_a_nested_root_with_its_own_prefix_survives_its_parent_being_ingested(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs / "zh", "--store", kb, "--id-prefix", "zh/", "--json"))
+    rep = _report(run("ingest", docs, "--store", kb, "--exclude", "zh/*", "--json"))
+    assert not rep["removed"]
+    assert "zh/z.md" in _hits(kb, "zebras stripes")
+    assert len(_status(kb)["sources"]) == 2
+    rep = _report(run("ingest", "--store", kb, "--json"))
+    assert rep["counts"]["unchanged"] == 3 and not rep["removed"]
+
+
+def test_nested_declared_sources_are_stable_and_a_shared_id_stops_before_writing(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    _docs(repo / "docs")
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs\n"
+          "      exclude: ['zh/*']\n    - root: docs/zh\n      id_prefix: zh/\n")
+    monkeypatch.chdir(repo)
+    rep = _report(run("ingest", "--store", ".kb", "--json"))
+    assert sorted(rep["added"]) == ["a.md", "sub/s.md", "zh/z.md"]
+    rep = _report(run("ingest", "--store", ".kb", "--json"))  # again: nothing removed and added back
+    assert rep["counts"]["unchanged"] == 3 and not rep["added"] and not rep["removed"]
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs\n"
+          "    - root: docs/zh\n      id_prefix: zh/\n")  # both bring zh/z.md now
+    before = _status(".kb")
+    r = run("ingest", "--store", ".kb")
+    assert r.exit_code == 2 and "'zh/z.md' also comes from" in r.output
+    after = _status(".kb")
+    assert (after["documents"], after["sources"]) == (before["documents"], before["sources"])
+
+
+def test_a_beir_folder_ingested_again_by_path_keeps_its_format(tmp_path):
+    beir = tmp_path / "beir"
+    write(beir / "corpus.jsonl", '{"_id": "d1", "title": "Apples", "text": "Apples are red fruit."}\n'
+          '{"_id": "d2", "title": "Otters", "text": "Otters swim in rivers."}\n')
+    kb = tmp_path / "kb"
+    _report(run("ingest", beir, "--format", "beir", "--store", kb, "--json"))
+    rep = _report(run("ingest", beir, "--store", kb, "--json"))
+    assert rep["counts"]["unchanged"] == 2 and not rep["skipped"]
+    assert [s["format"] for s in _status(kb)["sources"]] == ["beir"]
