@@ -117,3 +117,39 @@ def test_a_beir_folder_ingested_again_by_path_keeps_its_format(tmp_path):
     rep = _report(run("ingest", beir, "--store", kb, "--json"))
     assert rep["counts"]["unchanged"] == 2 and not rep["skipped"]
     assert [s["format"] for s in _status(kb)["sources"]] == ["beir"]
+
+
+KILL_IN_REMOVE = """
+import os, signal, sys
+from kbtool.store import Store
+def remove_documents(self, doc_ids):
+    os.kill(os.getpid(), signal.SIGKILL)
+Store.remove_documents = remove_documents
+from kbtool.cli import main
+sys.argv = ["kbtool", "ingest", "--store", sys.argv[1], "-q"]
+main()
+"""
+
+
+def test_a_kill_after_a_source_left_the_contract_leaves_no_ghosts(tmp_path, monkeypatch):
+    """SIGKILL between writing the record (the source gone from it) and removing its documents:
+    the next run still removes them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = tmp_path / "repo"
+    _docs(repo / "docs")
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs/sub\n"
+          "    - root: docs/zh\n      id_prefix: zh/\n")
+    monkeypatch.chdir(repo)
+    _report(run("ingest", "--store", ".kb", "--json"))
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs/sub\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", KILL_IN_REMOVE, ".kb"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -9, proc.stderr
+    rep = _report(run("ingest", "--store", ".kb", "--json"))
+    assert rep["removed"] == ["zh/z.md"]
+    assert _status(".kb")["documents"] == 1 and _hits(".kb", "zebras stripes") == []

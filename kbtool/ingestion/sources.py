@@ -198,7 +198,8 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
                 jobs.append(job)
         if not paths:
             keys = {j.root for j in jobs} | {m for j in jobs for m in j.moved_from}
-            dropped = sorted(r for r in recorded if r not in keys)
+            # a root with documents but no record is dropped too (a run killed after the record was written)
+            dropped = sorted(r for r in set(recorded) | doc_roots if r not in keys)
     elif paths:
         for raw in paths:
             real = Path(raw).resolve()
