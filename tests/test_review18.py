@@ -153,3 +153,19 @@ def test_a_kill_after_a_source_left_the_contract_leaves_no_ghosts(tmp_path, monk
     rep = _report(run("ingest", "--store", ".kb", "--json"))
     assert rep["removed"] == ["zh/z.md"]
     assert _status(".kb")["documents"] == 1 and _hits(".kb", "zebras stripes") == []
+
+
+def test_a_bad_option_of_a_declared_source_names_the_contract_field(tmp_path, monkeypatch):
+    _docs(tmp_path / "docs")
+    monkeypatch.chdir(tmp_path)
+    for field, value, said in (("markup_off", "[bogus]", "'bogus': use one of"),
+                               ("encoding", "nope", "unknown encoding 'nope'"),
+                               ("meta", "{doc_id: x}", "doc_id are set by kbtool"),
+                               ("meta_from_path", "['nofield']", "name at least one field")):
+        write(tmp_path / "kbtool.yaml", f"contract_version: 1\ndata:\n  sources:\n    - root: docs\n"
+              f"      {field}: {value}\n")
+        r = run("ingest", "--store", tmp_path / "kb")
+        assert r.exit_code != 0 and "Traceback" not in r.output
+        assert f"kbtool.yaml: data.sources.0.{field}: " in r.output and said in r.output, r.output
+        assert "--markup-off" not in r.output
+        assert not (tmp_path / "kb").exists()
