@@ -169,3 +169,13 @@ def test_a_bad_option_of_a_declared_source_names_the_contract_field(tmp_path, mo
         assert f"kbtool.yaml: data.sources.0.{field}: " in r.output and said in r.output, r.output
         assert "--markup-off" not in r.output
         assert not (tmp_path / "kb").exists()
+
+
+def test_a_subfolder_ingested_again_keeps_its_folders_exclude(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    write(docs / "sub" / "secret.md", "# Secret\n\nThe launch codes are kept in the vault.\n")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs, "--store", kb, "--exclude", "sub/secret.md", "--json"))
+    rep = _report(run("ingest", docs / "sub", "--store", kb, "--json"))  # the recorded exclude still holds
+    assert rep["counts"]["unchanged"] == 1 and not rep["added"] and not rep["removed"]
+    assert _hits(kb, "launch codes vault") == []

@@ -73,7 +73,7 @@ class _Source:
 
 
 def _selected(rel: str, include: list[str], exclude: list[str]) -> bool:
-    """Globs match the path relative to the folder given (``*`` also crosses ``/``)."""
+    """Globs match the path relative to the source's root (``*`` also crosses ``/``)."""
     return (not include or any(fnmatch.fnmatch(rel, p) for p in include)) and not any(
         fnmatch.fnmatch(rel, p) for p in exclude)
 
@@ -108,7 +108,7 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
                 shown = os.fsencode(full.relative_to(base)).decode("utf-8", "backslashreplace")
                 skipped.append({"path": shown, "reason": "file name is not valid UTF-8: rename the file to ingest it"})
                 continue
-            rel = full.relative_to(walk).as_posix()
+            rel = full.relative_to(base).as_posix()  # the source's globs: relative to its root
             if not _selected(rel, include, exclude):
                 continue
             doc_id = id_prefix + full.relative_to(base).as_posix()
@@ -386,7 +386,7 @@ def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = 
                 and (files.get(d) in brought or not Path(files.get(d) or r).is_file()))
 
     return [d for d, (r, _) in known.items()
-            if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix):], options.include, options.exclude))
+            if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix_id):], options.include, options.exclude))
                 or (r == job.root and not d.startswith(prefix_id))  # ingested under the prefix the root had before
                 or (r != job.root and taken_over(d, r)))
             and not any(d.startswith(prefix_id + u) for u in unreadable)]
