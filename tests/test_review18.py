@@ -179,3 +179,17 @@ def test_a_subfolder_ingested_again_keeps_its_folders_exclude(tmp_path):
     rep = _report(run("ingest", docs / "sub", "--store", kb, "--json"))  # the recorded exclude still holds
     assert rep["counts"]["unchanged"] == 1 and not rep["added"] and not rep["removed"]
     assert _hits(kb, "launch codes vault") == []
+
+
+def test_a_recorded_single_file_deleted_since_leaves_the_store(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs / "a.md", docs / "zh" / "z.md", "--store", kb, "--json"))
+    (docs / "a.md").unlink()
+    rep = _report(run("ingest", "--store", kb, "--keep-missing", "--json"))
+    assert not rep["removed"] and _status(kb)["documents"] == 2
+    rep = _report(run("ingest", "--store", kb, "--json"))
+    assert rep["removed"] == ["a.md"] and rep["unchanged"] == ["z.md"]
+    assert _hits(kb, "apples red fruit") == []
+    rep = _report(run("ingest", "--store", kb, "--json"))
+    assert rep["counts"]["unchanged"] == 1 and not rep["removed"] and not rep["added"]

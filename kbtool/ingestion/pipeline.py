@@ -353,6 +353,8 @@ def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
     if options.format == "beir":
         return list(read_beir_corpus(path, report.failed, prefix_id)), []
     base = Path(job.root)
+    if not path.exists():  # a part of a source recorded before, deleted since
+        return [], []
     if path.is_file():
         if path.suffix.lower() not in SUPPORTED:
             report.skipped.append({"path": str(path), "reason": f"unsupported file type {path.suffix}"})
@@ -377,6 +379,10 @@ def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = 
     if options.format == "beir":
         return [d for d, (r, _) in known.items() if r == job.root]
     base = Path(job.root)
+    if not path.exists():  # a recorded file or folder deleted since: its documents go
+        files = store.document_files()
+        return [d for d, (r, _) in known.items() if r == job.root and files.get(d)
+                and (Path(files[d]) == path or Path(files[d]).is_relative_to(path))]
     prefix = prefix_id + ("" if path == base else path.relative_to(base).as_posix() + "/")
     brought = {str(i.path) for i in items or []}
     files = store.document_files()

@@ -251,9 +251,9 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             new_key = ("beir:" if key.startswith("beir:") else "") + str(target)
             for rel in rec.get("paths") or ["."]:
                 p = (target / rel).resolve()
-                if p.exists():
-                    jobs.append(Job(p, new_key, opts, rec.get("declared"),
-                                    ([key] if new_key != key else []) + taken.get(key, [])))
+                # a recorded file or folder deleted since is a job too: its documents go (pipeline._gone)
+                jobs.append(Job(p, new_key, opts, rec.get("declared"),
+                                ([key] if new_key != key else []) + taken.get(key, [])))
     return jobs, dropped
 
 
