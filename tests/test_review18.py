@@ -193,3 +193,19 @@ def test_a_recorded_single_file_deleted_since_leaves_the_store(tmp_path):
     assert _hits(kb, "apples red fruit") == []
     rep = _report(run("ingest", "--store", kb, "--json"))
     assert rep["counts"]["unchanged"] == 1 and not rep["removed"] and not rep["added"]
+
+
+def test_root_moved_applies_to_a_subfolder_of_the_new_place(tmp_path):
+    import shutil
+
+    docs = _docs(tmp_path / "a")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs, "--store", kb, "--meta", "access=team-a", "--json"))
+    new = tmp_path / "b"
+    shutil.copytree(docs, new)
+    rep = _report(run("ingest", new / "sub", "--root-moved", docs, new, "--store", kb, "--json"))
+    assert rep["moved"] and rep["moved"][0]["to"] == str(new) and not rep["added"]
+    assert rep["counts"]["unchanged"] == 1 and rep["index"]["embedded"] == 0
+    status = _status(kb)
+    assert status["documents"] == 3
+    assert [(s["root"], s["metadata"], s["paths"]) for s in status["sources"]] == [(str(new), {"access": "team-a"}, ["."])]

@@ -208,7 +208,8 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
                 key = "beir:" + str(real)
                 rec = recorded.get(key)
             else:
-                base = _root_for(real, {r for r in doc_roots | set(recorded) if not r.startswith("beir:")})
+                base = _root_for(real, {r for r in doc_roots | set(recorded) | set(moves.values())
+                                        if not r.startswith("beir:")})
                 key = str(base or (real if real.is_dir() else real.parent))
                 rec = recorded.get(key)
                 if rec is not None and rec.get("format") == "beir":
