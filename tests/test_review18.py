@@ -209,3 +209,38 @@ def test_root_moved_applies_to_a_subfolder_of_the_new_place(tmp_path):
     status = _status(kb)
     assert status["documents"] == 3
     assert [(s["root"], s["metadata"], s["paths"]) for s in status["sources"]] == [(str(new), {"access": "team-a"}, ["."])]
+
+
+def _make_old(kb, docs):
+    """The store as kbtool wrote it before sources were recorded: no manifest 'sources', the
+    include root and included files absolute in each document's options."""
+    import sqlite3
+
+    m = json.loads((kb / "manifest.json").read_text())
+    m.pop("sources")
+    (kb / "manifest.json").write_text(json.dumps(m))
+    db = sqlite3.connect(kb / "catalog.sqlite3")
+    for doc_id, raw in list(db.execute("SELECT doc_id, options FROM documents")):
+        o = json.loads(raw)
+        if "include_root" in o:
+            o["include_root"] = str(docs / o["include_root"])
+        if "includes" in o:
+            o["includes"] = {str(docs / k): v for k, v in o["includes"].items()}
+        db.execute("UPDATE documents SET options=? WHERE doc_id=?", (json.dumps(o, sort_keys=True), doc_id))
+    db.commit()
+    db.close()
+
+
+def test_an_old_store_keeps_its_access_metadata_when_ingested_again_without_flags(tmp_path):
+    docs = _docs(tmp_path / "docs")
+    write(docs / "guide.md", "# Guide\n\nThe guide says:\n\n--8<-- \"sub/s.md\"\n")
+    kb = tmp_path / "kb"
+    _report(run("ingest", docs, "--store", kb, "--meta", "access=staff", "--include-root", docs, "--json"))
+    _make_old(kb, docs)
+    for args in ((), (docs,)):  # no path: the roots its documents come from; or the folder, without flags
+        rep = _report(run("ingest", *args, "--store", kb, "--json"))
+        assert rep["counts"]["added"] == 0 and not rep["removed"] and rep["index"]["embedded"] == 0
+        r = run("query", "zebras stripes", "--store", kb, "--json", "-m", "bm25", "-f", "access=staff")
+        assert [h["doc_id"] for h in json.loads(r.stdout)["hits"]][:1] == ["zh/z.md"]
+    [src] = _status(kb)["sources"]
+    assert src["metadata"] == {"access": "staff"} and src["include_root"] in (None, ".")

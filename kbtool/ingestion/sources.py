@@ -158,6 +158,10 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
     """(jobs, roots of sources no longer declared). Raises UsageError for option clashes."""
     recorded = store.sources()
     doc_roots = set(store.document_roots())
+    for root in doc_roots - set(recorded):  # a store from before sources were recorded
+        rec = _legacy_record(store, root)
+        if rec is not None:
+            recorded[root] = rec
     moves = {str(Path(o).resolve()) if not str(o).startswith("beir:") else str(o): str(Path(n).resolve())
              for o, n in root_moved or []}
     for old in moves:
@@ -256,6 +260,28 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
                 jobs.append(Job(p, new_key, opts, rec.get("declared"),
                                 ([key] if new_key != key else []) + taken.get(key, [])))
     return jobs, dropped
+
+
+def _legacy_record(store: Store, root: str) -> dict | None:
+    """The record of a root ingested before stores recorded their sources, from the options its
+    documents were parsed with (their --meta above all), when all of them agree; else None."""
+    import json
+
+    seen = set()
+    for doc_id, (r, _) in store.document_hashes().items():
+        if r == root:
+            o = store.document_options(doc_id)
+            seen.add(json.dumps({k: o.get(k) for k in ("meta", "encoding", "markup", "meta_from_path", "include_root")},
+                                sort_keys=True))
+    if len(seen) != 1:
+        return None
+    o = json.loads(seen.pop())
+    inc = o["include_root"]
+    if inc and Path(inc).is_absolute() and Path(inc).is_relative_to(root):
+        inc = Path(inc).relative_to(root).as_posix()
+    return {**DEFAULTS, "format": "beir" if root.startswith("beir:") else "auto", "metadata": o["meta"] or {},
+            "encoding": o["encoding"], "markup_off": o["markup"] or [], "meta_from_path": o["meta_from_path"] or [],
+            "include_root": inc, "paths": ["."]}
 
 
 def _moved_here(store: Store, folder: Path, roots: set[str]) -> list[str]:
