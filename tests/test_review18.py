@@ -244,3 +244,21 @@ def test_an_old_store_keeps_its_access_metadata_when_ingested_again_without_flag
         assert [h["doc_id"] for h in json.loads(r.stdout)["hits"]][:1] == ["zh/z.md"]
     [src] = _status(kb)["sources"]
     assert src["metadata"] == {"access": "staff"} and src["include_root"] in (None, ".")
+
+
+def test_a_file_newly_excluded_from_a_declared_source_leaves_the_store(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    _docs(repo / "docs")
+    monkeypatch.chdir(repo)
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs\n")
+    _report(run("ingest", "--store", ".kb", "--json"))
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs\n      exclude: ['zh/*']\n")
+    rep = _report(run("ingest", "--store", ".kb", "--json"))
+    assert rep["removed"] == ["zh/z.md"] and rep["counts"]["unchanged"] == 2
+    assert _hits(".kb", "zebras stripes") == []
+    # the same by flag, without a contract: a narrower --include, recorded with --update-sources
+    monkeypatch.chdir(tmp_path)
+    kb = tmp_path / "kb"
+    _report(run("ingest", repo / "docs", "--store", kb, "--json"))
+    rep = _report(run("ingest", repo / "docs", "--store", kb, "--include", "sub/*", "--update-sources", "--json"))
+    assert sorted(rep["removed"]) == ["a.md", "zh/z.md"] and _status(kb)["documents"] == 1

@@ -394,6 +394,8 @@ def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = 
     return [d for d, (r, _) in known.items()
             if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix_id):], options.include, options.exclude))
                 or (r == job.root and not d.startswith(prefix_id))  # ingested under the prefix the root had before
+                # outside the source's selection (its include/exclude changed): the store mirrors the source
+                or (r == job.root and not _selected(d[len(prefix_id):], options.include, options.exclude))
                 or (r != job.root and taken_over(d, r)))
             and not any(d.startswith(prefix_id + u) for u in unreadable)]
 
