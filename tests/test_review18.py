@@ -262,3 +262,24 @@ def test_a_file_newly_excluded_from_a_declared_source_leaves_the_store(tmp_path,
     _report(run("ingest", repo / "docs", "--store", kb, "--json"))
     rep = _report(run("ingest", repo / "docs", "--store", kb, "--include", "sub/*", "--update-sources", "--json"))
     assert sorted(rep["removed"]) == ["a.md", "zh/z.md"] and _status(kb)["documents"] == 1
+
+
+def test_two_roots_with_the_same_file_names_moved_together_each_find_their_own(tmp_path):
+    import shutil
+
+    first = tmp_path / "checkout-1"
+    write(first / "docs" / "en" / "docs" / "index.md", "# Home\n\nThe English welcome page.\n")
+    write(first / "docs" / "zh" / "docs" / "index.md", "# Home\n\nThe Chinese welcome page, zhongwen.\n")
+    kb = tmp_path / "kb"
+    _report(run("ingest", first / "docs" / "en" / "docs", "--meta", "lang=en", "--store", kb, "--json"))
+    _report(run("ingest", first / "docs" / "zh" / "docs", "--meta", "lang=zh", "--id-prefix", "zh/", "--store", kb,
+                "--json"))
+    second = tmp_path / "checkout-2"
+    shutil.move(first, second)
+    for lang in ("zh", "en"):
+        rep = _report(run("ingest", second / "docs" / lang / "docs", "--store", kb, "--json"))
+        assert rep["moved"][0]["from"] == str(first / "docs" / lang / "docs")
+        assert rep["counts"]["unchanged"] == 1 and rep["index"]["embedded"] == 0
+    srcs = {s["root"]: (s["metadata"], s["id_prefix"]) for s in _status(kb)["sources"]}
+    assert srcs == {str(second / "docs" / "en" / "docs"): ({"lang": "en"}, ""),
+                    str(second / "docs" / "zh" / "docs"): ({"lang": "zh"}, "zh/")}

@@ -287,13 +287,24 @@ def _legacy_record(store: Store, root: str) -> dict | None:
 def _moved_here(store: Store, folder: Path, roots: set[str]) -> list[str]:
     """The root whose folder is gone and whose files (by path relative to it) are mostly in
     ``folder``: the same documents, moved (a CI cache restored into another checkout)."""
+    best, best_key = None, None
     for root in sorted(roots):
         if root.startswith("beir:") or Path(root).exists():
             continue
         rels = [Path(p).relative_to(root) for p in store.document_paths(root) if Path(p).is_relative_to(root)]
-        if rels and sum((folder / r).is_file() for r in rels) * 2 >= len(rels):
-            return [root]
-    return []
+        found = sum((folder / r).is_file() for r in rels)
+        if rels and found * 2 >= len(rels):
+            # Several gone roots with the same file names (docs/en/docs, docs/zh/docs moved together):
+            # the one whose path ends like this folder's, then the one with more files found.
+            tail = 0
+            for a, b in zip(reversed(Path(root).parts), reversed(folder.parts)):
+                if a != b:
+                    break
+                tail += 1
+            key = (tail, found / len(rels))
+            if best_key is None or key > best_key:
+                best, best_key = root, key
+    return [best] if best else []
 
 
 def _absolute_include_root(opts: IngestOptions, root: Path, where: str) -> IngestOptions:
