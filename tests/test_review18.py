@@ -283,3 +283,22 @@ def test_two_roots_with_the_same_file_names_moved_together_each_find_their_own(t
     srcs = {s["root"]: (s["metadata"], s["id_prefix"]) for s in _status(kb)["sources"]}
     assert srcs == {str(second / "docs" / "en" / "docs"): ({"lang": "en"}, ""),
                     str(second / "docs" / "zh" / "docs"): ({"lang": "zh"}, "zh/")}
+
+
+def test_a_moved_beir_folder_is_reused_with_root_moved(tmp_path):
+    old, new = tmp_path / "b1", tmp_path / "b2"
+    write(old / "corpus.jsonl", '{"_id": "d1", "title": "Apples", "text": "Apples are red fruit."}\n'
+          '{"_id": "d2", "title": "Otters", "text": "Otters swim in rivers."}\n')
+    kb = tmp_path / "kb"
+    _report(run("ingest", old, "--format", "beir", "--store", kb, "--json"))
+    old.rename(new)
+    r = run("ingest", new, "--format", "beir", "--store", kb)
+    assert r.exit_code == 2 and f"--root-moved beir:{old} {new}" in r.output
+    for moved in (old, f"beir:{old}"):  # the folder, or the root as the message spells it
+        rep = _report(run("ingest", new, "--format", "beir", "--root-moved", moved, new, "--store", kb, "--json"))
+        assert rep["counts"]["unchanged"] == 2 and rep["index"]["embedded"] == 0
+        assert rep["moved"] == [{"from": f"beir:{old}", "to": f"beir:{new}", "documents": 2}]
+        new.rename(old)
+        _report(run("ingest", "--store", kb, "--root-moved", new, old, "--json"))  # and back, without a path
+        old.rename(new)
+    assert _status(kb)["documents"] == 2

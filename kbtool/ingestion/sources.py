@@ -162,8 +162,13 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
         rec = _legacy_record(store, root)
         if rec is not None:
             recorded[root] = rec
-    moves = {str(Path(o).resolve()) if not str(o).startswith("beir:") else str(o): str(Path(n).resolve())
-             for o, n in root_moved or []}
+    moves = {}
+    for o, n in root_moved or []:
+        beir = str(o).startswith("beir:")
+        old = str(Path(str(o).removeprefix("beir:")).resolve())
+        if not beir and old not in doc_roots | set(recorded) and "beir:" + old in doc_roots | set(recorded):
+            beir = True  # a BEIR folder named by its folder
+        moves[("beir:" if beir else "") + old] = ("beir:" if beir else "") + str(Path(n).resolve())
     for old in moves:
         if old not in doc_roots and old not in recorded:
             raise UsageError(f"root moved from {old}: the store has no documents from there (its roots: "
@@ -247,7 +252,7 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             if key in gone_taken:
                 continue
             root = Path(key.removeprefix("beir:"))
-            target = Path(moves[key]) if key in moves else root
+            target = Path(moves[key].removeprefix("beir:")) if key in moves else root
             if not target.exists():
                 raise UsageError(f"{key}: the source folder is gone: ingest it from where it is now "
                                  f"(kbtool ingest NEW_PATH, or --root-moved {key} NEW_PATH)")

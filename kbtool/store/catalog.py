@@ -248,7 +248,8 @@ class Catalog:
         """Documents of root ``old`` now come from ``new`` (ids, content, chunks and vectors stay)."""
         with self.transaction() as db:
             n = db.execute("UPDATE documents SET root=?, path=? || substr(path, ?) WHERE root=? AND"
-                           " substr(path, 1, ?) = ?", (new, new, len(old) + 1, old, len(old), old)).rowcount
+                           " substr(path, 1, ?) = ?", (new, new.removeprefix("beir:"), len(old.removeprefix("beir:")) + 1,
+                                                        old, len(old.removeprefix("beir:")), old.removeprefix("beir:"))).rowcount
             n += db.execute("UPDATE documents SET root=? WHERE root=?", (new, old)).rowcount
             if n:
                 self._bump(db)
