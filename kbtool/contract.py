@@ -86,6 +86,37 @@ class Source(_Strict):
             raise ValueError("a base URL starts with http:// or https://")
         return v
 
+    @field_validator("meta", "meta_from_path", "encoding", "markup_off")
+    @classmethod
+    def _ingest_option(cls, v, info):
+        """Checked as `ingest` checks the flag, with the message naming the contract's field."""
+        from .errors import UsageError
+
+        try:
+            if info.field_name == "meta":
+                from .document import check_metadata_keys
+
+                check_metadata_keys(v)
+            elif info.field_name == "meta_from_path":
+                from .ingestion.pipeline import path_pattern
+
+                for pattern in v:
+                    path_pattern(pattern)
+            elif info.field_name == "encoding" and v:
+                import codecs
+
+                try:
+                    codecs.lookup(v)
+                except LookupError:
+                    raise ValueError(f"unknown encoding {v!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
+            elif info.field_name == "markup_off":
+                from .ingestion.markup import MarkupRules
+
+                MarkupRules.parse(v)
+        except UsageError as exc:
+            raise ValueError(str(exc).replace("--markup-off ", "")) from None
+        return v
+
 
 def normalise_id_prefix(prefix: str) -> str:
     """'' or a relative path ending in '/' ('zh' -> 'zh/'); ValueError for anything else."""

@@ -73,7 +73,7 @@ class _Source:
 
 
 def _selected(rel: str, include: list[str], exclude: list[str]) -> bool:
-    """Globs match the path relative to the folder given (``*`` also crosses ``/``)."""
+    """Globs match the path relative to the source's root (``*`` also crosses ``/``)."""
     return (not include or any(fnmatch.fnmatch(rel, p) for p in include)) and not any(
         fnmatch.fnmatch(rel, p) for p in exclude)
 
@@ -108,7 +108,7 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
                 shown = os.fsencode(full.relative_to(base)).decode("utf-8", "backslashreplace")
                 skipped.append({"path": shown, "reason": "file name is not valid UTF-8: rename the file to ingest it"})
                 continue
-            rel = full.relative_to(walk).as_posix()
+            rel = full.relative_to(base).as_posix()  # the source's globs: relative to its root
             if not _selected(rel, include, exclude):
                 continue
             doc_id = id_prefix + full.relative_to(base).as_posix()
@@ -266,7 +266,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
         if rel is None:
             base = Path(job.root.removeprefix("beir:"))
             rel = job.path.relative_to(base).as_posix() if job.path.is_relative_to(base) else "."
-        paths_before = [] if (rec and "." in (rec.get("paths") or [])) else (rec.get("paths") or [])
+        paths_before = rec.get("paths") or []  # a part ingested again never narrows the record
         recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
         if "." in recorded[job.root]["paths"]:
             recorded[job.root]["paths"] = ["."]
@@ -284,7 +284,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     rules_shown = None
     for job, (sources_, unreadable) in zip(jobs, found):
         options = job.options
-        gone = _gone(store, job, unreadable)
+        gone = _gone(store, job, unreadable, sources_, {j.root for j in jobs})
         rules = MarkupRules.parse(options.markup_off)
         rules_shown = rules_shown or rules
         opts = {"encoding": options.encoding} if options.encoding else {}
@@ -327,7 +327,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     # A folder ingested before inside one ingested now: its documents moved into it, so does its record.
     roots_now = store.document_roots()
     absorbed = [r for r in store.manifest.get("sources") or {}
-                if r not in roots_now and not r.startswith("beir:") and any(
+                if r not in roots_now and not r.startswith("beir:") and r not in {j.root for j in jobs} and any(
                     j.root != r and not j.root.startswith("beir:") and Path(r).is_relative_to(j.root) for j in jobs)]
     for r in absorbed:
         store.manifest["sources"].pop(r)
@@ -353,6 +353,8 @@ def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
     if options.format == "beir":
         return list(read_beir_corpus(path, report.failed, prefix_id)), []
     base = Path(job.root)
+    if not path.exists():  # a part of a source recorded before, deleted since
+        return [], []
     if path.is_file():
         if path.suffix.lower() not in SUPPORTED:
             report.skipped.append({"path": str(path), "reason": f"unsupported file type {path.suffix}"})
@@ -363,8 +365,12 @@ def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
     return items, unreadable
 
 
-def _gone(store: Store, job, unreadable: list[str] | None) -> list[str]:
-    """Ids of documents the job's folder held before (it mirrors them): those it no longer brings go."""
+def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = None,
+          active: set[str] = frozenset()) -> list[str]:
+    """Ids of documents the job's folder held before (it mirrors them): those it no longer brings go,
+    so do those ingested under another id prefix of the same root. A root nested in the folder and
+    ingested before loses the documents whose files the folder now brings (or that are gone) —
+    unless it is itself ingested in this run (a source of its own)."""
     if unreadable is None:  # a single file
         return []
     options, path = job.options, job.path
@@ -373,10 +379,24 @@ def _gone(store: Store, job, unreadable: list[str] | None) -> list[str]:
     if options.format == "beir":
         return [d for d, (r, _) in known.items() if r == job.root]
     base = Path(job.root)
+    if not path.exists():  # a recorded file or folder deleted since: its documents go
+        files = store.document_files()
+        return [d for d, (r, _) in known.items() if r == job.root and files.get(d)
+                and (Path(files[d]) == path or Path(files[d]).is_relative_to(path))]
     prefix = prefix_id + ("" if path == base else path.relative_to(base).as_posix() + "/")
+    brought = {str(i.path) for i in items or []}
+    files = store.document_files()
+
+    def taken_over(d: str, r: str) -> bool:  # a document of an old nested root
+        return (r not in active and not r.startswith("beir:") and Path(r).is_relative_to(path)
+                and (files.get(d) in brought or not Path(files.get(d) or r).is_file()))
+
     return [d for d, (r, _) in known.items()
-            if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix):], options.include, options.exclude))
-                or (r != job.root and not r.startswith("beir:") and Path(r).is_relative_to(path)))  # an old nested root
+            if ((r == job.root and d.startswith(prefix) and _selected(d[len(prefix_id):], options.include, options.exclude))
+                or (r == job.root and not d.startswith(prefix_id))  # ingested under the prefix the root had before
+                # outside the source's selection (its include/exclude changed): the store mirrors the source
+                or (r == job.root and not _selected(d[len(prefix_id):], options.include, options.exclude))
+                or (r != job.root and taken_over(d, r)))
             and not any(d.startswith(prefix_id + u) for u in unreadable)]
 
 

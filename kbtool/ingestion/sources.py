@@ -81,6 +81,13 @@ def filled(options, recorded: dict | None, where: str, update: bool):
     for k in SOURCE_OPTIONS:
         given = getattr(options, k)
         old = recorded.get(k, DEFAULTS[k]) if recorded else DEFAULTS[k]
+        if k == "id_prefix" and given is not None:  # 'zh' and 'zh/' are the same prefix
+            from ..contract import normalise_id_prefix
+
+            try:
+                given = normalise_id_prefix(given)
+            except ValueError as exc:
+                raise UsageError(f"{where}: {exc}") from None
         if given is None:
             values[k] = old
         else:
@@ -151,8 +158,17 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
     """(jobs, roots of sources no longer declared). Raises UsageError for option clashes."""
     recorded = store.sources()
     doc_roots = set(store.document_roots())
-    moves = {str(Path(o).resolve()) if not str(o).startswith("beir:") else str(o): str(Path(n).resolve())
-             for o, n in root_moved or []}
+    for root in doc_roots - set(recorded):  # a store from before sources were recorded
+        rec = _legacy_record(store, root)
+        if rec is not None:
+            recorded[root] = rec
+    moves = {}
+    for o, n in root_moved or []:
+        beir = str(o).startswith("beir:")
+        old = str(Path(str(o).removeprefix("beir:")).resolve())
+        if not beir and old not in doc_roots | set(recorded) and "beir:" + old in doc_roots | set(recorded):
+            beir = True  # a BEIR folder named by its folder
+        moves[("beir:" if beir else "") + old] = ("beir:" if beir else "") + str(Path(n).resolve())
     for old in moves:
         if old not in doc_roots and old not in recorded:
             raise UsageError(f"root moved from {old}: the store has no documents from there (its roots: "
@@ -191,16 +207,18 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
                 jobs.append(job)
         if not paths:
             keys = {j.root for j in jobs} | {m for j in jobs for m in j.moved_from}
-            dropped = sorted(r for r in recorded if r not in keys)
+            # a root with documents but no record is dropped too (a run killed after the record was written)
+            dropped = sorted(r for r in set(recorded) | doc_roots if r not in keys)
     elif paths:
         for raw in paths:
             real = Path(raw).resolve()
-            fmt = given.get("format") or "auto"
+            fmt = given.get("format") or ("beir" if "beir:" + str(real) in recorded else "auto")
             if fmt == "beir":
                 key = "beir:" + str(real)
                 rec = recorded.get(key)
             else:
-                base = _root_for(real, {r for r in doc_roots | set(recorded) if not r.startswith("beir:")})
+                base = _root_for(real, {r for r in doc_roots | set(recorded) | set(moves.values())
+                                        if not r.startswith("beir:")})
                 key = str(base or (real if real.is_dir() else real.parent))
                 rec = recorded.get(key)
                 if rec is not None and rec.get("format") == "beir":
@@ -210,8 +228,10 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
                 moved_from = _moved_here(store, real, (doc_roots | set(recorded)) - {key})
             if rec is None and moved_from:  # a moved folder keeps its options
                 rec = recorded.get(moved_from[0])
-            opts = filled(options, rec, str(raw), update)
-            opts = _absolute_include_root(opts, Path(key.removeprefix("beir:")), str(raw))
+            here = Path(key.removeprefix("beir:"))
+            # a given include root is compared with the record as recorded: relative to the root
+            opts = filled(_absolute_include_root(replace(options, format=fmt), here, str(raw)), rec, str(raw), update)
+            opts = _absolute_include_root(opts, here, str(raw))
             jobs.append(Job(real, key, opts, moved_from=moved_from))
     else:
         if given:
@@ -232,7 +252,7 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             if key in gone_taken:
                 continue
             root = Path(key.removeprefix("beir:"))
-            target = Path(moves[key]) if key in moves else root
+            target = Path(moves[key].removeprefix("beir:")) if key in moves else root
             if not target.exists():
                 raise UsageError(f"{key}: the source folder is gone: ingest it from where it is now "
                                  f"(kbtool ingest NEW_PATH, or --root-moved {key} NEW_PATH)")
@@ -241,22 +261,55 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             new_key = ("beir:" if key.startswith("beir:") else "") + str(target)
             for rel in rec.get("paths") or ["."]:
                 p = (target / rel).resolve()
-                if p.exists():
-                    jobs.append(Job(p, new_key, opts, rec.get("declared"),
-                                    ([key] if new_key != key else []) + taken.get(key, [])))
+                # a recorded file or folder deleted since is a job too: its documents go (pipeline._gone)
+                jobs.append(Job(p, new_key, opts, rec.get("declared"),
+                                ([key] if new_key != key else []) + taken.get(key, [])))
     return jobs, dropped
+
+
+def _legacy_record(store: Store, root: str) -> dict | None:
+    """The record of a root ingested before stores recorded their sources, from the options its
+    documents were parsed with (their --meta above all), when all of them agree; else None."""
+    import json
+
+    seen = set()
+    for doc_id, (r, _) in store.document_hashes().items():
+        if r == root:
+            o = store.document_options(doc_id)
+            seen.add(json.dumps({k: o.get(k) for k in ("meta", "encoding", "markup", "meta_from_path", "include_root")},
+                                sort_keys=True))
+    if len(seen) != 1:
+        return None
+    o = json.loads(seen.pop())
+    inc = o["include_root"]
+    if inc and Path(inc).is_absolute() and Path(inc).is_relative_to(root):
+        inc = Path(inc).relative_to(root).as_posix()
+    return {**DEFAULTS, "format": "beir" if root.startswith("beir:") else "auto", "metadata": o["meta"] or {},
+            "encoding": o["encoding"], "markup_off": o["markup"] or [], "meta_from_path": o["meta_from_path"] or [],
+            "include_root": inc, "paths": ["."]}
 
 
 def _moved_here(store: Store, folder: Path, roots: set[str]) -> list[str]:
     """The root whose folder is gone and whose files (by path relative to it) are mostly in
     ``folder``: the same documents, moved (a CI cache restored into another checkout)."""
+    best, best_key = None, None
     for root in sorted(roots):
         if root.startswith("beir:") or Path(root).exists():
             continue
         rels = [Path(p).relative_to(root) for p in store.document_paths(root) if Path(p).is_relative_to(root)]
-        if rels and sum((folder / r).is_file() for r in rels) * 2 >= len(rels):
-            return [root]
-    return []
+        found = sum((folder / r).is_file() for r in rels)
+        if rels and found * 2 >= len(rels):
+            # Several gone roots with the same file names (docs/en/docs, docs/zh/docs moved together):
+            # the one whose path ends like this folder's, then the one with more files found.
+            tail = 0
+            for a, b in zip(reversed(Path(root).parts), reversed(folder.parts)):
+                if a != b:
+                    break
+                tail += 1
+            key = (tail, found / len(rels))
+            if best_key is None or key > best_key:
+                best, best_key = root, key
+    return [best] if best else []
 
 
 def _absolute_include_root(opts: IngestOptions, root: Path, where: str) -> IngestOptions:
@@ -276,9 +329,16 @@ def check_clashes(store: Store, jobs: list, found: list) -> None:
     """Ids a job brings that another root (not nested in it, not moved to it) already holds: a
     UsageError naming the ways out, before anything is written."""
     known = store.document_hashes()
+    run: dict[str, Job] = {}  # id -> the job of this run that brings it
     for job, (items, _) in zip(jobs, found):
         others: dict[str, list[str]] = {}
         for item in items:
+            first = run.setdefault(item.doc_id, job)
+            if first.root != job.root:
+                where = lambda j: f"data.sources root {j.declared!r}" if j.declared else str(j.path)  # noqa: E731
+                raise UsageError(
+                    f"{where(job)}: document id {item.doc_id!r} also comes from {where(first)} (the same id from two "
+                    f"sources): give one of them its own id prefix, or exclude the nested folder from the other")
             prev = known.get(item.doc_id)
             if prev is None or prev[0] == job.root or prev[0] in job.moved_from:
                 continue

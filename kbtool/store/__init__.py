@@ -292,6 +292,10 @@ class Store:
         """The file paths of the documents ingested from ``root``."""
         return self.catalog.document_paths(root)
 
+    def document_files(self) -> dict[str, str]:
+        """doc_id -> the path of the file it was ingested from."""
+        return self.catalog.document_files()
+
     def sources(self) -> dict[str, dict]:
         """The folders this store was ingested from, with the options each was ingested with
         (``ingest`` records them; an ingest without a path ingests them again)."""

@@ -248,7 +248,8 @@ class Catalog:
         """Documents of root ``old`` now come from ``new`` (ids, content, chunks and vectors stay)."""
         with self.transaction() as db:
             n = db.execute("UPDATE documents SET root=?, path=? || substr(path, ?) WHERE root=? AND"
-                           " substr(path, 1, ?) = ?", (new, new, len(old) + 1, old, len(old), old)).rowcount
+                           " substr(path, 1, ?) = ?", (new, new.removeprefix("beir:"), len(old.removeprefix("beir:")) + 1,
+                                                        old, len(old.removeprefix("beir:")), old.removeprefix("beir:"))).rowcount
             n += db.execute("UPDATE documents SET root=? WHERE root=?", (new, old)).rowcount
             if n:
                 self._bump(db)
@@ -256,6 +257,10 @@ class Catalog:
 
     def document_paths(self, root: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT path FROM documents WHERE root=?", (root,))]
+
+    def document_files(self) -> dict[str, str]:
+        """doc_id -> the path of the file it was ingested from."""
+        return {r[0]: r[1] for r in self.db.execute("SELECT doc_id, path FROM documents")}
 
     def document_roots(self) -> dict[str, int]:
         """root -> number of documents."""
