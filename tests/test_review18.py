@@ -302,3 +302,36 @@ def test_a_moved_beir_folder_is_reused_with_root_moved(tmp_path):
         _report(run("ingest", "--store", kb, "--root-moved", new, old, "--json"))  # and back, without a path
         old.rename(new)
     assert _status(kb)["documents"] == 2
+
+
+def test_a_folder_and_its_subfolder_in_one_run_are_one_root(tmp_path):
+    """`kbtool ingest docs docs/sub` on a new store: one root; sub's files are stored once."""
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+
+    write(tmp_path / "docs" / "a.md", "# A\n\nalpha text\n")
+    write(tmp_path / "docs" / "sub" / "s.md", "# S\n\nsigma text\n")
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "docs" / "sub"), str(tmp_path / "docs"), "--store",
+                                 str(tmp_path / "kb"), "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    assert sorted(json.loads(r.stdout)["added"]) == ["a.md", "sub/s.md"]
+    status = json.loads(CliRunner().invoke(app, ["status", "--store", str(tmp_path / "kb"), "--json"]).stdout)
+    assert [s["root"] for s in status["sources"]] == [str(tmp_path / "docs")] and status["documents"] == 2
+
+
+def test_root_moved_with_declared_sources_and_a_bad_prefix_say_so_before_writing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+
+    write(tmp_path / "docs" / "a.md", "# A\n\nalpha text\n")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["ingest", "docs", "--id-prefix", "../x", "--store", str(tmp_path / "kb")])
+    assert r.exit_code == 2 and "--id-prefix" in r.output and not (tmp_path / "kb").exists()
+    write(tmp_path / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs\n")
+    r = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "kb"), "--root-moved", str(tmp_path / "old"),
+                                 str(tmp_path / "docs")])
+    assert r.exit_code == 2 and "drop --root-moved" in r.output

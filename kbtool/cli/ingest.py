@@ -67,6 +67,14 @@ def ingest(
         from ..store.analyzer import _stemmer
 
         _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
+    if id_prefix is not None:  # before a store is made
+        from ..contract import normalise_id_prefix
+        from ..errors import UsageError
+
+        try:
+            normalise_id_prefix(id_prefix)
+        except ValueError as exc:
+            raise UsageError(f"--id-prefix: {exc}") from None
     paths = list(paths or [])
     missing = [p for p in paths if not p.exists()]
     if missing:  # before a store is made: a mistyped path leaves nothing behind

@@ -162,6 +162,9 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
         rec = _legacy_record(store, root)
         if rec is not None:
             recorded[root] = rec
+    if declared and root_moved:
+        raise UsageError("--root-moved: the contract declares the sources (data.sources): a declared root that "
+                         "moved is found by its entry; drop --root-moved")
     moves = {}
     for o, n in root_moved or []:
         beir = str(o).startswith("beir:")
@@ -210,14 +213,15 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             # a root with documents but no record is dropped too (a run killed after the record was written)
             dropped = sorted(r for r in set(recorded) | doc_roots if r not in keys)
     elif paths:
-        for raw in paths:
+        earlier: set[str] = set()  # folders of this run: `ingest docs docs/sub` is one root, not two
+        for raw in sorted(paths, key=lambda p: len(Path(p).resolve().parts)):
             real = Path(raw).resolve()
             fmt = given.get("format") or ("beir" if "beir:" + str(real) in recorded else "auto")
             if fmt == "beir":
                 key = "beir:" + str(real)
                 rec = recorded.get(key)
             else:
-                base = _root_for(real, {r for r in doc_roots | set(recorded) | set(moves.values())
+                base = _root_for(real, {r for r in doc_roots | set(recorded) | set(moves.values()) | earlier
                                         if not r.startswith("beir:")})
                 key = str(base or (real if real.is_dir() else real.parent))
                 rec = recorded.get(key)
@@ -233,6 +237,8 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             opts = filled(_absolute_include_root(replace(options, format=fmt), here, str(raw)), rec, str(raw), update)
             opts = _absolute_include_root(opts, here, str(raw))
             jobs.append(Job(real, key, opts, moved_from=moved_from))
+            if fmt != "beir" and real.is_dir():
+                earlier.add(key)
     else:
         if given:
             k = next(iter(given))
@@ -347,6 +353,10 @@ def check_clashes(store: Store, jobs: list, found: list) -> None:
                 continue  # a nested root ingested before: its files move into this one
             others.setdefault(r, []).append(item.doc_id)
         for r, ids in others.items():
+            if job.declared:
+                raise UsageError(
+                    f"data.sources root {job.declared!r}: {len(ids)} document id(s) (e.g. {ids[0]!r}) already come "
+                    f"from {r}: give this source its own id_prefix in the contract")
             raise UsageError(
                 f"{job.path}: {len(ids)} document id(s) (e.g. {ids[0]!r}) already come from {r}: give this folder "
                 f"its own id prefix (--id-prefix NAME/, or data.sources[].id_prefix), or if {r} moved here, "
