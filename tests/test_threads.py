@@ -157,3 +157,22 @@ def test_bm25_is_never_none_when_a_writer_thread_reloads_meanwhile(tmp_path, emb
 
     store.__class__ = WriterRunsAfterTheLoad
     assert store.bm25() is not None
+
+
+def test_a_reader_between_the_two_renames_of_a_bm25_swap_still_sees_bm25(tmp_path, embedder):
+    """A rebuild renames bm25/ to bm25.old/, then bm25.tmp/ to bm25/: a question asked in between
+    once lost its BM25 weight and failed (`retrieve.fusion.weights.bm25: the store has no retriever
+    bm25`) — a flaky failure of the thread-pool test above."""
+    import shutil
+
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.query.pipeline import store_retrievers
+    from kbtool.store import Store
+
+    write(tmp_path / "docs" / "a.md", "# A\n\nalpha beta gamma\n")
+    kb = Store.open(tmp_path / "kb", create=True)
+    ingest(kb, [tmp_path / "docs"], embedder=embedder)
+    shutil.copytree(kb.path / "bm25", kb.path / "bm25.tmp")
+    (kb.path / "bm25").rename(kb.path / "bm25.old")
+    assert "bm25" in store_retrievers(kb)
+    assert not kb.is_indexed()  # status never claims an index that is not in place

@@ -391,7 +391,12 @@ class Store:
         return self.vectors_for(name).search(vectors, depth, doc_ids)
 
     def has_bm25(self) -> bool:
-        return BM25Index.exists(self.path / "bm25")
+        """Whether the store has a BM25 retriever: an index is there, or a rebuild is swapping one in
+        (between its two renames only ``bm25.old`` and ``bm25.tmp`` exist; a reader asking then must
+        not drop BM25 from a question's fusion — the reader loads after the swap, retrying once)."""
+        d = self.path / "bm25"
+        return BM25Index.exists(d) or (BM25Index.exists(d.with_name("bm25.old"))
+                                       and BM25Index.exists(d.with_name("bm25.tmp")))
     def bm25(self) -> BM25Index:
         """The BM25 index on disk; a long-lived Store reloads it after another process's rebuild."""
         with self._bm25_lock:  # a writer thread may drop self._bm25 at any moment: return our own
