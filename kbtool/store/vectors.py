@@ -40,6 +40,7 @@ class VectorIndex(Protocol):
     def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]: ...
     def drop(self) -> None: ...
     def verify(self, wanted: dict[str, str], dim: int | None) -> dict: ...
+    def reopen(self) -> None: ...  # read afresh what other processes wrote
 
 
 class ChromaVectors:
@@ -86,6 +87,17 @@ class ChromaVectors:
                     self._client = None
                     raise
             return self._collection
+
+    def reopen(self) -> None:
+        """Read the collection afresh from disk: chromadb keeps a process's HNSW index in memory,
+        blind to what another process wrote since. Call when no query of this process is running
+        on it (a server swaps between requests); the next operation opens a new client."""
+        with self._lock:
+            from chromadb.api.client import SharedSystemClient
+
+            self._collection = None
+            self._client = None
+            SharedSystemClient.clear_system_cache()
 
     def _on(self, op: Callable):
         """``op(collection)``. A collection another process dropped and made again (``index
@@ -236,6 +248,9 @@ class CatalogVectors:
 
     def verify(self, wanted: dict[str, str], dim: int | None) -> dict:
         return ChromaVectors.verify(self, wanted, dim)  # type: ignore[arg-type]
+
+    def reopen(self) -> None:
+        pass  # the matrix is re-read whenever the catalog generation changes
 
     def upsert(self, ids, vectors, metadatas) -> None:
         raise self._on_write()
