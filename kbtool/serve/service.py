@@ -154,6 +154,8 @@ class Service:
         self._store_stamp = self._store_state()
         self.embedder = self._load_embedder()
         self.swaps = 0
+        self.sources_changed: float | None = None  # set by --watch: when source files changed, not yet ingested
+        self.watch_error: str | None = None
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -259,8 +261,13 @@ class Service:
         """How current the answers are: the catalog generation the indexes hold, whether they hold
         the newest one, when the store was last ingested."""
         s = self.store
-        return {"generation": s.generation(), "indexes_current": s.is_indexed(), "last_ingest": s.manifest.get("last_ingest"),
-                "writer_active": s.writer_active()}
+        out = {"generation": s.generation(), "indexes_current": s.is_indexed(),
+               "last_ingest": s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
+        if self.sources_changed:  # --watch saw files change that are not in the index yet
+            out["sources_changed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sources_changed))
+        if self.watch_error:
+            out["watch_error"] = self.watch_error
+        return out
 
     def document_span(self, doc_id: str, lines: str | None = None, *, caller: Caller | None = None) -> dict:
         """The text of a document (a cited span ``a-b`` of its source lines), for a caller allowed to
