@@ -154,11 +154,12 @@ class ChromaVectors:
         """Nearest chunks by cosine for each query vector, best first, ties by id; ``doc_ids``
         restricts the search to these documents (inside Chroma, before ranking)."""
         def query(col):
-            n = col.count()
-            if n == 0 or (doc_ids is not None and not doc_ids):
+            # No count() first (a round trip, 3 ms of a 30 ms query): chromadb returns what there is
+            # when asked for more, and nothing from an empty collection.
+            if doc_ids is not None and not doc_ids:
                 return [[] for _ in range(len(vectors))]
             where = {"doc_id": {"$in": list(doc_ids)}} if doc_ids is not None else None
-            return col.query(query_embeddings=vectors, n_results=min(depth, n), where=where, include=["distances"])
+            return col.query(query_embeddings=vectors, n_results=depth, where=where, include=["distances"])
 
         res = self._on(query)
         if isinstance(res, list):
