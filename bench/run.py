@@ -694,6 +694,7 @@ def main() -> None:
     large_files(results)
     rerank_bench(results)
     models_bench(results)
+    serve_bench(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
