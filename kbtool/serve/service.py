@@ -255,6 +255,8 @@ class Service:
         self.metrics.observe("retrieve", time.perf_counter() - t0)
         for a in ([got] if not isinstance(got, list) else got):
             self.metrics.decided(a.decision)
+            for stage, ms in (a.trace.get("timings_ms") or {}).items():  # dense_ms, bm25_ms, fuse_decide_ms, ...
+                self.metrics.observe(stage.removesuffix("_ms"), ms / 1000)
         return got
 
     def freshness(self) -> dict:
