@@ -101,7 +101,7 @@ def _instructions(service, caller: Caller, keys: list[str]) -> str:
 # ---- results ------------------------------------------------------------------------------------
 def _citation(hit) -> dict:
     text = " ".join(hit.text.split())
-    return {"rank": hit.rank, "doc_id": hit.doc_id, "citation": hit.citation, "url": hit.url or None,
+    return {"rank": hit.rank, "doc_id": hit.doc_id, "chunk_id": hit.chunk_id, "citation": hit.citation, "url": hit.url or None,
             "title": hit.title, "section_path": hit.section_path,
             "lines": [hit.line_start, hit.line_end] if hit.line_start else None,
             "page": hit.page, "confidence": round(hit.confidence, 4),
