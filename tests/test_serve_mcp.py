@@ -66,6 +66,26 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
+def sample_store(tmp_path_factory, embedder):
+    """Part of the sample corpus (Markdown and a PDF), ingested into a real store: the whole one
+    (conftest's ``sample_store``) would double this module's time."""
+    import shutil
+
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    from .conftest import SAMPLE
+
+    base = tmp_path_factory.mktemp("mcp-sample")
+    for name in ("manual/troubleshooting.md", "manual/install.md", "release-notes.pdf"):
+        (base / "corpus" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE / name, base / "corpus" / name)
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "corpus"], embedder=embedder).failed
+    return store
+
+
+@pytest.fixture(scope="module")
 def service(sample_store):
     from kbtool.serve.service import Service
 
@@ -281,3 +301,24 @@ def test_restricted_caller_never_sees_forbidden_documents(tmp_path_factory, embe
     assert by_dir.is_error and "unknown filter key 'project'" in _text(by_dir)
     assert (status["documents"], status["chunks"]) == (1, len(kb.chunks("guide.md")))
     assert "1 documents" in init.instructions
+
+
+# ---- no server needed ---------------------------------------------------------------------------------
+def test_importing_the_module_loads_no_sdk():
+    code = "import sys, kbtool.serve.mcp; assert 'mcp' not in sys.modules and 'mcp_types' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], env=_env(), check=True, timeout=60)
+
+
+def test_transport_security_names_this_machine_only():
+    from kbtool.errors import UsageError
+    from kbtool.serve.mcp import run, transport_security
+
+    local = transport_security("127.0.0.1")
+    assert local.enable_dns_rebinding_protection
+    assert set(local.allowed_hosts) == {"127.0.0.1:*", "localhost:*", "[::1]:*"}
+    assert all(o.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")) for o in local.allowed_origins)
+    assert "kb.internal:*" in transport_security("kb.internal").allowed_hosts
+    everywhere = transport_security("0.0.0.0")
+    assert socket.gethostname() + ":*" in everywhere.allowed_hosts and "0.0.0.0:*" not in everywhere.allowed_hosts
+    with pytest.raises(UsageError, match="use stdio or http"):
+        run(object(), transport="sse")
