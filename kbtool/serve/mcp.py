@@ -14,20 +14,19 @@ The server answers as ONE caller (``caller``: the principal and permission tags 
 command line); no tool takes a principal, so a tool call can never widen what it may read. A
 kbtool error (bad filter, unknown document, ...) is a tool error with kbtool's one-line message.
 
-``mcp`` is imported inside the functions only: ``kbtool --help`` stays instant.
+The tool schemas and the instructions are written when the server starts; answers always come
+from the current state (``Service`` swaps in a re-ingested store or an edited contract, and checks
+tags, filters and top_k itself). ``mcp`` is imported inside the functions only: ``kbtool --help`` stays instant.
 """
 
 # no `from __future__ import annotations`: the tools' annotations are read by the SDK at runtime
 
 import inspect
 import json
-import logging
 import sys
 from typing import Any
 
 from .service import Caller
-
-log = logging.getLogger("kbtool.serve.mcp")
 
 SNIPPET_CHARS = 400  # of each hit's text in the citations
 READ_DEFAULT_LINES = 400  # `read` without a range: the document's first lines, and says how many there are
