@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import ContractOpt, SetOpt, StoreOpt, handle_errors
+from ._common import ContractOpt, SetOpt, StoreOpt, handle_errors, load_contract_opt
 
 
 @app.command()
@@ -48,17 +48,20 @@ def serve(
             raise UsageError("--watch is not available") from None
     # Logs go to stderr: with --mcp stdio, stdout carries the protocol and nothing else.
     logging.basicConfig(stream=sys.stderr, level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    service = Service(store, contract, set_ or [])
+    # The tokens and the default caller are checked against the contract before the model loads:
+    # an unknown principal is an error at startup, naming it.
+    checked = load_contract_opt(contract, set_)
     token_map = None
     if tokens is not None:
         from ..serve.http import load_tokens
 
-        token_map = load_tokens(tokens, service.contract)
-    caller = Caller(principal=principal, allow=list(allow or []), name=principal or "default")
-    if token_map is None and (principal or allow):
+        token_map = load_tokens(tokens, checked)
+    elif principal or allow:
         from ..query.pipeline import access_tags
 
-        access_tags(service.contract, principal, allow)  # an unknown principal: an error now, not per request
+        access_tags(checked, principal, allow)
+    caller = Caller(principal=principal, allow=list(allow or []), name=principal or "default")
+    service = Service(store, contract, set_ or [])
     watcher = watcher_cls(service) if watcher_cls else None
     if watcher is not None and hasattr(watcher, "start"):
         watcher.start()
