@@ -264,3 +264,21 @@ def test_tokens_file_is_checked_at_startup(tmp_path):
         load_tokens(write(tmp_path / "list.yaml", "- a\n"), contract)
     r = CliRunner().invoke(app, ["serve", "--contract", str(tmp_path / "c.yaml"), "--tokens", str(tmp_path / "bad.json")])
     assert r.exit_code == 1 and "unknown principal 'admin'" in r.stderr and SUPPORT not in r.stderr
+
+
+def test_mcp_stdio_hands_the_warm_service_over_and_keeps_stdout_clean(served, monkeypatch):
+    """`--mcp stdio` calls kbtool.serve.mcp.run(service, "stdio", ...): a stub stands in for it."""
+    import types
+
+    import kbtool.serve
+
+    calls = []
+    stub = types.ModuleType("kbtool.serve.mcp")
+    stub.run = lambda service, transport="stdio", host="127.0.0.1", port=8765, tokens=None: calls.append(
+        (type(service).__name__, transport, tokens, service.health()["documents"]))
+    monkeypatch.setitem(sys.modules, "kbtool.serve.mcp", stub)
+    monkeypatch.setattr(kbtool.serve, "mcp", stub, raising=False)
+    r = CliRunner().invoke(app, ["serve", "--mcp", "stdio", "--store", str(served["kb"]), "--contract",
+                                 str(served["contract"]), "--principal", "guest"])
+    assert r.exit_code == 0, r.output
+    assert calls == [("Service", "stdio", None, 5)] and r.stdout == ""

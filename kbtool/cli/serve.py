@@ -28,6 +28,7 @@ def serve(
 ):
     """Serve the store as the retrieval contract says, warm, to agents: an HTTP API (POST
     /v1/retrieve answers as `kbtool query --json`) or MCP (--mcp)."""
+    import contextlib
     import logging
     import sys
 
@@ -60,15 +61,20 @@ def serve(
         from ..query.pipeline import access_tags
 
         access_tags(checked, principal, allow)
+    mcp_server = None
+    if mcp is not None:
+        try:
+            from ..serve import mcp as mcp_server
+        except ImportError:
+            raise UsageError("--mcp is not available") from None
     caller = Caller(principal=principal, allow=list(allow or []), name=principal or "default")
-    service = Service(store, contract, set_ or [])
+    with contextlib.redirect_stdout(sys.stderr):  # whatever loading says is chatter: stdout may be MCP's
+        service = Service(store, contract, set_ or [])
     watcher = watcher_cls(service) if watcher_cls else None
     if watcher is not None and hasattr(watcher, "start"):
         watcher.start()
     try:
-        if mcp is not None:
-            from ..serve import mcp as mcp_server
-
+        if mcp_server is not None:
             mcp_server.run(service, mcp, host=host, port=port, tokens=token_map)
             return
         _serve_http(service, token_map, caller, host, port, max_concurrency, timeout, log_level.lower())

@@ -199,18 +199,20 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         except ValidationError as exc:
             raise HttpError(422, "validation", _validation_message(exc)) from None
 
-    async def work(fn: Callable[[], Any]):
-        """Run blocking ``fn`` in the thread pool within a concurrency slot and the timeout. A slot
-        stays taken until its thread ends, even past a timeout: the limit is on real work."""
+    async def work(fn: Callable[[], Any], limited: bool = True):
+        """Run blocking ``fn`` in the thread pool within a concurrency slot (``limited``) and the
+        timeout. A slot stays taken until its thread ends, even past a timeout: the limit is on
+        real work."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout if timeout else None
-        if slots is not None:
+        limited = limited and slots is not None
+        if limited:
             try:
                 await asyncio.wait_for(slots.acquire(), None if deadline is None else max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 raise HttpError(504, "timeout", f"no answer within {timeout:g} s (the server is busy)") from None
         task = asyncio.ensure_future(run_in_threadpool(fn))
-        if slots is not None:
+        if limited:
             task.add_done_callback(lambda _: slots.release())
         try:
             return await asyncio.wait_for(asyncio.shield(task), None if deadline is None else max(0.0, deadline - loop.time()))
@@ -318,7 +320,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
 
     @app.get("/healthz")
     async def healthz(request: Request):
-        health = await work(service.health)
+        health = await work(service.health, limited=False)  # a probe answers while retrievals queue
         if tokens and request.state.caller is None:  # no token: alive or not, nothing about the store
             health = {"status": health["status"]}
         return JSONResponse(health, status_code=200)
