@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import AccessError, UsageError
+from ..errors import AccessError, InputError, UsageError
 
 log = logging.getLogger("kbtool.serve")
 TEXT_TYPES = {"md", "markdown", "txt", "text", "csv", "html", "htm"}  # a cited span is read from the file
@@ -65,6 +65,10 @@ class _Gate:
             with self._cond:
                 self._swapping = False
                 self._cond.notify_all()
+
+
+class DocumentNotFound(InputError):
+    """No such document in the store, or none the caller may read (HTTP 404)."""
 
 
 @dataclass
@@ -274,7 +278,6 @@ class Service:
     def document_span(self, doc_id: str, lines: str | None = None, *, caller: Caller | None = None) -> dict:
         """The text of a document (a cited span ``a-b`` of its source lines), for a caller allowed to
         read it. Read from the ingested file, inside its root; says when the file changed since."""
-        from ..errors import InputError
         from ..query.pipeline import visible_documents
 
         caller = caller or Caller()
@@ -282,7 +285,7 @@ class Service:
             allowed = visible_documents(store, contract, caller.principal, caller.allow or None)
             info = store.document_info(doc_id)
             if info is None or (allowed is not None and doc_id not in allowed):
-                raise InputError(f"no document {doc_id!r} in the store")  # never say it exists to one who may not read it
+                raise DocumentNotFound(f"no document {doc_id!r} in the store")  # never say it exists to one who may not read it
         first, last = _line_range(lines)
         path = Path(info["path"])
         root = Path(info["root"]) if not str(info["root"]).startswith("beir:") else None
@@ -305,6 +308,17 @@ class Service:
         return {"doc_id": doc_id, "lines": [first, last], "total_lines": len(all_lines), "source": source,
                 "changed_since_ingest": changed, "title": info["title"],
                 "text": "\n".join(all_lines[first - 1:last])}
+
+    def contract_source(self, contract=None) -> dict:
+        """Which contract is in force, as ``kbtool query --json`` says it: {"path" (None: the
+        built-in one), "version", "calibrated" (the date `kbtool calibrate --write` recorded)}."""
+        c = contract or self.contract
+        date = (c.calibration or {}).get("date") if isinstance(c.calibration, dict) else None
+        return {"path": None if self.contract_path is None else str(self.contract_path),
+                "version": c.contract_version, "calibrated": str(date)[:10] if date else None}
+
+    def uptime(self) -> float:
+        return time.time() - self.started
 
     def health(self) -> dict:
         from ..store import manifest as mf
@@ -340,4 +354,4 @@ def _line_range(lines: str | None) -> tuple[int | None, int | None]:
     return first, last
 
 
-__all__ = ["Service", "Caller", "AccessError"]
+__all__ = ["Service", "Caller", "AccessError", "DocumentNotFound"]
