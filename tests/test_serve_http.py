@@ -274,11 +274,11 @@ def test_mcp_stdio_hands_the_warm_service_over_and_keeps_stdout_clean(served, mo
 
     calls = []
     stub = types.ModuleType("kbtool.serve.mcp")
-    stub.run = lambda service, transport="stdio", host="127.0.0.1", port=8765, tokens=None: calls.append(
-        (type(service).__name__, transport, tokens, service.health()["documents"]))
+    stub.run = lambda service, transport="stdio", host="127.0.0.1", port=8765, caller=None: calls.append(
+        (type(service).__name__, transport, caller.principal, service.health()["documents"]))
     monkeypatch.setitem(sys.modules, "kbtool.serve.mcp", stub)
     monkeypatch.setattr(kbtool.serve, "mcp", stub, raising=False)
     r = CliRunner().invoke(app, ["serve", "--mcp", "stdio", "--store", str(served["kb"]), "--contract",
                                  str(served["contract"]), "--principal", "guest"])
     assert r.exit_code == 0, r.output
-    assert calls == [("Service", "stdio", None, 5)] and r.stdout == ""
+    assert calls == [("Service", "stdio", "guest", 5)] and r.stdout == ""

@@ -33,17 +33,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _code(store: Path, transport: str = "stdio", port: int = 0, allow: list[str] | None = None) -> str:
-    caller = f"Caller(allow={allow!r})" if allow else "None"
-    return ("from kbtool.serve.service import Service, Caller; from kbtool.serve.mcp import run; "
-            f"run(Service({str(store)!r}), transport={transport!r}, port={port}, caller={caller})")
+def _args(store: Path, transport: str = "stdio", port: int = 0, allow: list[str] | None = None) -> list[str]:
+    """`kbtool serve --mcp ...`, as an MCP client configuration starts it."""
+    return ["-m", "kbtool", "serve", "--mcp", transport, "--store", str(store), "--port", str(port),
+            "--log-level", "warning", *[a for tag in allow or [] for a in ("--allow", tag)]]
 
 
 def _stdio(store: Path, cwd: Path, allow: list[str] | None = None):
     from mcp import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, args=["-c", _code(store, allow=allow)], env=_env(),
-                                 cwd=str(cwd))
+    return StdioServerParameters(command=sys.executable, args=_args(store, allow=allow), env=_env(), cwd=str(cwd))
 
 
 def _session(streams_cm, body):
@@ -97,7 +96,7 @@ def http_server(sample_store, tmp_path_factory):
     """The streamable-HTTP server in a subprocess; started early, it warms up while other tests run."""
     port = _free_port()
     log = (tmp_path_factory.mktemp("mcp-http") / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", _code(sample_store.path, "http", port)], env=_env(),
+    proc = subprocess.Popen([sys.executable, *_args(sample_store.path, "http", port)], env=_env(),
                             cwd=str(tmp_path_factory.getbasetemp()), stdout=log, stderr=subprocess.STDOUT)
     yield proc, port
     proc.terminate()

@@ -20,7 +20,7 @@ def serve(
     max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, help="Retrievals running at once; the rest wait.")] = 8,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds a request may take, waiting included, before a 504 (0: no limit).")] = 30.0,
     mcp: Annotated[Optional[str], typer.Option("--mcp", metavar="stdio|http", help="Serve the Model Context Protocol instead of the HTTP API: stdio (for an agent that starts kbtool) or http (streamable HTTP on --host/--port).")] = None,
-    watch: Annotated[bool, typer.Option("--watch", help="Re-ingest the store's folders when their files change.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Re-ingest the store's sources (the contract's data.sources, else the folders it was ingested from) when their files change: debounced, under the writer lock; answers say when the sources changed and are not indexed yet.")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="critical, error, warning, info or debug (info logs each request).")] = "info",
     contract: ContractOpt = None,
     set_: SetOpt = None,
@@ -41,12 +41,9 @@ def serve(
         raise typer.BadParameter("write critical, error, warning, info or debug", param_hint="--log-level")
     if tokens is not None and (principal or allow):
         raise UsageError("--tokens gives each token its caller: drop --principal/--allow")
-    watcher_cls = None
-    if watch:
-        try:
-            from ..serve.watch import Watcher as watcher_cls
-        except ImportError:
-            raise UsageError("--watch is not available") from None
+    if tokens is not None and mcp is not None:
+        raise UsageError("--tokens is for the HTTP API: the MCP server answers as one caller, --principal NAME or "
+                         "--allow TAG")
     # Logs go to stderr: with --mcp stdio, stdout carries the protocol and nothing else.
     logging.basicConfig(stream=sys.stderr, level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # The tokens and the default caller are checked against the contract before the model loads:
@@ -70,16 +67,19 @@ def serve(
     caller = Caller(principal=principal, allow=list(allow or []), name=principal or "default")
     with contextlib.redirect_stdout(sys.stderr):  # whatever loading says is chatter: stdout may be MCP's
         service = Service(store, contract, set_ or [])
-    watcher = watcher_cls(service) if watcher_cls else None
-    if watcher is not None and hasattr(watcher, "start"):
+    watcher = None
+    if watch:
+        from ..serve.watch import Watcher
+
+        watcher = Watcher(service, contract=None if service.contract_path is None else str(service.contract_path))
         watcher.start()
     try:
         if mcp_server is not None:
-            mcp_server.run(service, mcp, host=host, port=port, tokens=token_map)
+            mcp_server.run(service, mcp, host=host, port=port, caller=caller)
             return
         _serve_http(service, token_map, caller, host, port, max_concurrency, timeout, log_level.lower())
     finally:
-        if watcher is not None and hasattr(watcher, "stop"):
+        if watcher is not None:
             watcher.stop()
 
 
