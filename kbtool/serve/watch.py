@@ -76,6 +76,7 @@ class Watcher:
 
             raise UsageError("--watch: the store records no source folder (ingest one first, or declare "
                              "data.sources in the contract)")
+        self._seen = snapshot(roots)  # before start() returns: a change right after it is seen
         self._thread.start()
         return self
 
@@ -84,7 +85,7 @@ class Watcher:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        seen = snapshot(self.roots())
+        seen = self._seen
         changed_at = None
         while not self._stop.wait(self.interval):
             now = snapshot(self.roots())
