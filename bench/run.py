@@ -5,6 +5,7 @@ against exact search, warm and cold query latency, retrieval quality.
     .venv/bin/python bench/run.py --only large-files   # parse time and peak RSS of big files alone
     .venv/bin/python bench/run.py --only rerank        # rerank stage latency per backend, sample corpus
     .venv/bin/python bench/run.py --only models        # one embedding model against two (use-m added)
+    .venv/bin/python bench/run.py --only serve         # kbtool serve: warm latency, requests/s, memory
 
 Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
 """
@@ -424,10 +425,123 @@ def models_markdown(r: dict) -> list[str]:
     ]
 
 
+def serve_bench(results: dict, seconds: float = 10.0) -> dict:
+    """`kbtool serve` warm: a real server process per store (the sample corpus and Cranfield, built
+    by the main bench), HTTP requests from this process. Per store: p50/p95 of sequential
+    ``POST /v1/retrieve`` (the contract, questions of the store's set), requests/s with 4 client
+    threads for ``seconds``, the server's resident memory (VmRSS) and peak (VmHWM); and the same
+    questions through ``Service.retrieve`` in-process (no HTTP) for the share of the transport."""
+    import re
+    import statistics
+    import subprocess
+    import threading
+
+    import httpx
+
+    from kbtool.evaluation.questions import load_questions
+
+    out_dir = HERE / "out"
+    sample_kb = out_dir / "sample-kb"
+    if not (sample_kb / "manifest.json").exists():
+        subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(ROOT / "sample_corpus"), "--store", str(sample_kb),
+                        "-q"], check=True, cwd=ROOT)
+    dataset = ROOT.parent / "shared" / "datasets" / "cranfield"
+    sets = {"sample": (sample_kb, [q.question for q in load_questions(ROOT / "eval_sets" / "sample.jsonl").questions])}
+    if (out_dir / "cranfield-kb" / "manifest.json").exists() and (dataset / "queries.jsonl").exists():
+        cq = [json.loads(line)["text"] for line in (dataset / "queries.jsonl").read_text().splitlines() if line.strip()]
+        sets["cranfield"] = (out_dir / "cranfield-kb", cq[:150])
+    r: dict = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "stores": {}}
+    for name, (store, questions) in sets.items():
+        proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", "--store", str(store), "--port", "0"],
+                                cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        try:
+            url = None
+            t0 = time.perf_counter()
+            for line in proc.stderr:
+                m = re.search(r"(http://127\.0\.0\.1:\d+)", line)
+                if m:
+                    url = m.group(1)
+                    break
+            if url is None:
+                raise RuntimeError(f"kbtool serve did not start for {store}")
+            startup = time.perf_counter() - t0
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            with httpx.Client(base_url=url, timeout=60) as client:
+                for q in questions[:3]:
+                    client.post("/v1/retrieve", json={"question": q}).raise_for_status()
+                lat = []
+                for q in questions:
+                    t = time.perf_counter()
+                    client.post("/v1/retrieve", json={"question": q}).raise_for_status()
+                    lat.append((time.perf_counter() - t) * 1000)
+            done, stop, errors = [0], threading.Event(), []
+
+            def worker(i: int) -> None:
+                with httpx.Client(base_url=url, timeout=60) as c:
+                    k = i
+                    while not stop.is_set():
+                        resp = c.post("/v1/retrieve", json={"question": questions[k % len(questions)]})
+                        if resp.status_code != 200:
+                            errors.append(resp.status_code)
+                        done[0] += 1
+                        k += 4
+
+            threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+            t = time.perf_counter()
+            for th in threads:
+                th.start()
+            time.sleep(seconds)
+            stop.set()
+            for th in threads:
+                th.join()
+            rps = done[0] / (time.perf_counter() - t)
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            mem = {k: round(int(re.search(rf"{k}:\s+(\d+)", status).group(1)) / 1024) for k in ("VmRSS", "VmHWM")}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        from kbtool.serve.service import Service
+
+        service = Service(store)
+        inproc = []
+        for q in questions:
+            t = time.perf_counter()
+            service.retrieve(q)
+            inproc.append((time.perf_counter() - t) * 1000)
+        service.store.close()
+        q95 = lambda xs: statistics.quantiles(xs, n=20)[18]  # noqa: E731
+        r["stores"][name] = {
+            "questions": len(questions), "startup_s": round(startup, 2),
+            "http_p50_ms": round(statistics.median(lat), 1), "http_p95_ms": round(q95(lat), 1),
+            "inprocess_p50_ms": round(statistics.median(inproc), 1), "inprocess_p95_ms": round(q95(inproc), 1),
+            "requests_per_s_4_clients": round(rps, 1), "errors": len(errors),
+            "rss_mb": mem["VmRSS"], "peak_rss_mb": mem["VmHWM"]}
+        from kbtool.store import Store
+
+        r["stores"][name]["chunks"] = Store.open(store).status()["chunks"]
+        print(f"bench: serve {name}: {r['stores'][name]}", file=sys.stderr)
+    results["serve"] = r
+    return r
+
+
+def serve_markdown(r: dict) -> list[str]:
+    if not r:
+        return []
+    lines = ["", f"`kbtool serve` warm (`bench/run.py --only serve`; {r['date']}, {r['machine']}; the built-in "
+             "contract, one HTTP request per question, sequential; then 4 client threads for 10 s):", "",
+             "| store | chunks | p50 / p95 HTTP | p50 / p95 in-process | requests/s (4 clients) | server RSS / peak | startup |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, v in r["stores"].items():
+        lines.append(f"| {name} | {v['chunks']} | {v['http_p50_ms']} / {v['http_p95_ms']} ms | {v['inprocess_p50_ms']} / "
+                     f"{v['inprocess_p95_ms']} ms | {v['requests_per_s_4_clients']} | {v['rss_mb']} / {v['peak_rss_mb']} MB "
+                     f"| {v['startup_s']} s |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files", "rerank", "models"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve"], help="run one part alone, merged into the results")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -436,7 +550,7 @@ def main() -> None:
         return
     if args.only:
         part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
-                     "models": (models_bench, "models")}[args.only]
+                     "models": (models_bench, "models"), "serve": (serve_bench, "serve")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
         part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -580,6 +694,7 @@ def main() -> None:
     large_files(results)
     rerank_bench(results)
     models_bench(results)
+    serve_bench(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
@@ -642,6 +757,7 @@ def write_markdown(r: dict) -> None:
         *large_files_markdown(r.get("large_files", {})),
         *rerank_markdown(r.get("rerank", {})),
         *models_markdown(r.get("models", {})),
+        *serve_markdown(r.get("serve", {})),
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
 

@@ -14,7 +14,7 @@ from kbtool.cli import app
 from .conftest import ROOT, write
 
 runner = CliRunner()
-COMMANDS = ["ingest", "chunk", "chunks", "index", "query", "status", "eval", "calibrate", "doctor"]
+COMMANDS = ["ingest", "chunk", "chunks", "index", "query", "status", "eval", "calibrate", "doctor", "serve"]
 
 
 @pytest.fixture

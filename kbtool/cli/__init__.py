@@ -41,7 +41,7 @@ def _root(
         os.environ["KBTOOL_STORE"] = str(store)
 
 
-from . import calibrate, chunk, chunks, contract, doctor, eval, index, ingest, query, status  # noqa: E402,F401  (registers the commands)
+from . import calibrate, chunk, chunks, contract, doctor, eval, index, ingest, query, serve, status  # noqa: E402,F401  (registers the commands)
 
 
 class _ClosedPipeSafe:

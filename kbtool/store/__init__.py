@@ -330,6 +330,21 @@ class Store:
     def document_ids(self) -> list[str]:  # sorted
         return self.catalog.document_ids()
 
+    def document_info(self, doc_id: str) -> dict | None:
+        """doc_id, root, path, sha256, title, filetype and parsed text of a document, or None."""
+        return self.catalog.document_info(doc_id)
+
+    def reopen(self) -> None:
+        """Take in what other processes wrote: manifest, BM25 and every vector index read afresh.
+        For a long-lived Store (a server), between requests (see ``kbtool.serve.service``)."""
+        self.manifest, self._stamp = mf.read(self.path), mf.stamp(self.path)
+        with self._bm25_lock:
+            self._bm25 = None
+        self.vectors.reopen()
+        for v in self._extra_vectors.values():
+            v.reopen()
+        self._extra_vectors.clear()
+
     def document_text(self, doc_id: str) -> str | None:  # None: the store does not hold it
         return self.catalog.document_text(doc_id)
 

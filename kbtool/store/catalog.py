@@ -303,6 +303,11 @@ class Catalog:
     def document_ids(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
 
+    def document_info(self, doc_id: str) -> dict | None:
+        row = self.db.execute("SELECT doc_id, root, path, sha256, title, filetype, text FROM documents WHERE doc_id=?",
+                              (doc_id,)).fetchone()
+        return dict(row) if row else None
+
     def document_text(self, doc_id: str) -> str | None:
         row = self.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
         return row[0] if row else None

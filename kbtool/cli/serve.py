@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from . import app
+from ._common import ContractOpt, SetOpt, StoreOpt, handle_errors, load_contract_opt
+
+
+@app.command()
+@handle_errors
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on; a non-loopback one serves the network (use --tokens).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0: a free one, printed when ready).")] = 8765,
+    tokens: Annotated[Optional[Path], typer.Option("--tokens", envvar="KBTOOL_SERVE_TOKENS_FILE", metavar="FILE", help="YAML or JSON {TOKEN: {principal: NAME} or {allow: [TAG]}}: every /v1 request then needs Authorization: Bearer TOKEN and reads as its caller [env KBTOOL_SERVE_TOKENS_FILE].")] = None,
+    principal: Annotated[Optional[str], typer.Option("--principal", help="Without --tokens: every request reads as this principal (access.principals).")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Without --tokens: a permission tag every request holds (repeatable).")] = None,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, help="Retrievals running at once; the rest wait.")] = 8,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds a request may take, waiting included, before a 504 (0: no limit).")] = 30.0,
+    mcp: Annotated[Optional[str], typer.Option("--mcp", metavar="stdio|http", help="Serve the Model Context Protocol instead of the HTTP API: stdio (for an agent that starts kbtool) or http (streamable HTTP on --host/--port).")] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Re-ingest the store's sources (the contract's data.sources, else the folders it was ingested from) when their files change: debounced, under the writer lock; answers say when the sources changed and are not indexed yet.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="critical, error, warning, info or debug (info logs each request).")] = "info",
+    contract: ContractOpt = None,
+    set_: SetOpt = None,
+    store: StoreOpt = None,
+):
+    """Serve the store as the retrieval contract says, warm, to agents: an HTTP API (POST
+    /v1/retrieve answers as `kbtool query --json`) or MCP (--mcp)."""
+    import contextlib
+    import logging
+    import sys
+
+    from ..errors import UsageError
+    from ..serve.service import Caller, Service
+
+    if mcp not in (None, "stdio", "http"):
+        raise typer.BadParameter("write stdio or http", param_hint="--mcp")
+    if log_level.lower() not in ("critical", "error", "warning", "info", "debug"):
+        raise typer.BadParameter("write critical, error, warning, info or debug", param_hint="--log-level")
+    if tokens is not None and (principal or allow):
+        raise UsageError("--tokens gives each token its caller: drop --principal/--allow")
+    if tokens is not None and mcp is not None:
+        raise UsageError("--tokens is for the HTTP API: the MCP server answers as one caller, --principal NAME or "
+                         "--allow TAG")
+    # Logs go to stderr: with --mcp stdio, stdout carries the protocol and nothing else.
+    logging.basicConfig(stream=sys.stderr, level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The tokens and the default caller are checked against the contract before the model loads:
+    # an unknown principal is an error at startup, naming it.
+    checked = load_contract_opt(contract, set_)
+    token_map = None
+    if tokens is not None:
+        from ..serve.http import load_tokens
+
+        token_map = load_tokens(tokens, checked)
+    elif principal or allow:
+        from ..query.pipeline import access_tags
+
+        access_tags(checked, principal, allow)
+    mcp_server = None
+    if mcp is not None:
+        try:
+            from ..serve import mcp as mcp_server
+        except ImportError:
+            raise UsageError("--mcp is not available") from None
+    caller = Caller(principal=principal, allow=list(allow or []), name=principal or "default")
+    with contextlib.redirect_stdout(sys.stderr):  # whatever loading says is chatter: stdout may be MCP's
+        service = Service(store, contract, set_ or [])
+    watcher = None
+    if watch:
+        from ..serve.watch import Watcher
+
+        watcher = Watcher(service, contract=None if service.contract_path is None else str(service.contract_path))
+        watcher.start()
+    try:
+        if mcp_server is not None:
+            mcp_server.run(service, mcp, host=host, port=port, caller=caller)
+            return
+        _serve_http(service, token_map, caller, host, port, max_concurrency, timeout, log_level.lower())
+    finally:
+        if watcher is not None:
+            watcher.stop()
+
+
+def _serve_http(service, tokens, caller, host, port, max_concurrency, timeout, log_level) -> None:
+    """uvicorn on a socket bound here (port 0: the system's pick, said in the ready line). Ctrl-C and
+    SIGTERM stop it gracefully, and the command exits 0."""
+    import socket
+
+    import uvicorn
+
+    from ..serve.http import create_app
+    from ._common import err
+
+    app = create_app(service, tokens, default_caller=caller, max_concurrency=max_concurrency, timeout=timeout, host=host)
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+    except OSError as exc:
+        from ..errors import UsageError
+
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+
+    class Server(uvicorn.Server):
+        def capture_signals(self):  # uvicorn re-raises the signal after shutting down: exit 0 instead
+            import contextlib
+            import signal
+
+            @contextlib.contextmanager
+            def quietly():
+                old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+                try:
+                    yield
+                finally:
+                    for s, h in old.items():
+                        signal.signal(s, h)
+
+            return quietly()
+
+    import copy
+
+    logs = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    logs["handlers"]["access"]["stream"] = "ext://sys.stderr"  # stdout is for data: every log line on stderr
+    config = uvicorn.Config(app, log_level=log_level, log_config=logs, access_log=log_level in ("info", "debug"),
+                            lifespan="off", timeout_graceful_shutdown=5)
+    status = service.health()
+    shown = f"[{host}]" if ":" in host else host
+    src = service.contract_source()
+    err.print(f"kbtool serve: http://{shown}:{bound} (store {status['store']}, {status['documents']} documents, "
+              f"contract {src['path'] or 'built-in'} version {src['version']})", highlight=False, markup=False)
+    Server(config).run(sockets=[sock])

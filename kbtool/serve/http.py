@@ -1,0 +1,340 @@
+"""The HTTP face of a warm ``Service``: ``create_app(service)`` is a FastAPI app whose answers are the
+JSON of ``kbtool query --json``. FastAPI and pydantic are imported here only, when a server starts.
+
+Access: ``tokens`` maps a bearer token to the ``Caller`` it stands for. With tokens, every ``/v1/*``
+request needs ``Authorization: Bearer TOKEN``; without, every request is ``default_caller``. A
+request body can never name a principal or tags to read with (unknown fields are refused), so a
+request cannot widen what its token may read.
+
+Limits: a body over ``max_body`` bytes is 413; at most ``max_concurrency`` retrievals run at once
+(the rest wait their turn); a request not answered within ``timeout`` seconds (waiting included) is
+504. Errors are JSON ``{"error": {"type", "message"}}``, never a traceback.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime.
+import asyncio
+import hmac
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import AccessError, ContractError, InputError, KbtoolError, ModelError, StoreError
+from .service import Caller, DocumentNotFound, Service
+
+log = logging.getLogger("kbtool.serve")
+
+MAX_BODY = 1_000_000
+MAX_BATCH = 100
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+class HttpError(Exception):
+    """An error the app answers with its own status (not a library error)."""
+
+    def __init__(self, status: int, type_: str, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.type, self.headers = status, type_, headers
+
+
+def load_tokens(path: str | Path, contract) -> dict[str, Caller]:
+    """Bearer token -> Caller from a YAML or JSON file ``{TOKEN: {principal: NAME, allow: [TAG]}}``.
+    A principal the contract does not define is an error naming it, at startup."""
+    import yaml
+
+    name = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))  # JSON is YAML too
+    except OSError as exc:
+        raise InputError(f"tokens file {name}: cannot read ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"tokens file {name}: not valid YAML or JSON ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"tokens file {name}: write a mapping TOKEN: {{principal: NAME}} or TOKEN: {{allow: [TAG]}}")
+    tokens: dict[str, Caller] = {}
+    for i, (token, spec) in enumerate(data.items(), start=1):
+        where = f"tokens file {name}, entry {i}"  # never echo a token
+        if not isinstance(token, str) or len(token) < 8:
+            raise InputError(f"{where}: a token must be a string of at least 8 characters")
+        if not isinstance(spec, dict) or set(spec) - {"principal", "allow", "name"}:
+            raise InputError(f"{where}: write {{principal: NAME}} and/or {{allow: [TAG, ...]}} (and an optional name)")
+        principal, allow = spec.get("principal"), spec.get("allow") or []
+        if isinstance(allow, str):
+            allow = [allow]
+        if principal is not None and not isinstance(principal, str):
+            raise InputError(f"{where}: principal must be a name")
+        if not isinstance(allow, list) or not all(isinstance(t, str) and t for t in allow):
+            raise InputError(f"{where}: allow must be a list of tags")
+        if principal is None and not allow:
+            raise InputError(f"{where}: give a principal or allow tags (a token for everything: allow the tags)")
+        if principal is not None and principal not in contract.access.principals:
+            known = ", ".join(sorted(contract.access.principals)) or "none defined"
+            raise AccessError(f"{where}: unknown principal {principal!r} (access.principals: {known})")
+        tokens[token] = Caller(principal=principal, allow=list(allow),
+                               name=str(spec.get("name") or principal or f"token{i}"))
+    return tokens
+
+
+def _endpoint(path: str) -> str:
+    """The metrics label of a path: a bounded set, whatever the path."""
+    if path.startswith("/v1/documents/"):
+        return "/v1/documents"
+    if path in ("/v1/retrieve", "/v1/retrieve/batch", "/v1/contract", "/healthz", "/metrics"):
+        return path
+    return "other"
+
+
+def _host_of(header: str) -> str:
+    """'localhost:8765' -> 'localhost', '[::1]:8765' -> '::1'."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def _validation_message(exc) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        msg = e.get("msg", "invalid").removeprefix("Value error, ")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown field (a request cannot set it)"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, default_caller: Caller | None = None,
+               max_body: int = MAX_BODY, max_concurrency: int = 8, timeout: float = 30.0, max_batch: int = MAX_BATCH,
+               host: str = "127.0.0.1", allowed_hosts: list[str] | None = None):
+    """The FastAPI app over ``service``. ``host`` is the address the server binds: on a loopback
+    address only requests naming a loopback host (and, from a browser, a loopback origin) are
+    served — a DNS-rebinding page cannot reach it. ``allowed_hosts`` widens that list."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+    from starlette.concurrency import run_in_threadpool
+
+    from ..query.preprocess import clean
+
+    tokens = dict(tokens or {})
+    default_caller = default_caller or Caller()
+    hosts = None
+    if host in LOOPBACK or allowed_hosts:
+        hosts = set(allowed_hosts or []) | (LOOPBACK if host in LOOPBACK else {host})
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    top = service.max_top_k
+
+    class _Body(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    def _question(v: str) -> str:
+        if not clean(v):
+            raise ValueError("the question is empty")
+        return v
+
+    class Question(_Body):
+        question: str = Field(max_length=10_000)
+        id: str | int | None = None
+        filters: list[str] = Field(default_factory=list, max_length=50)
+        tags: list[str] = Field(default_factory=list, max_length=50)
+        _q = field_validator("question")(_question)
+
+    class RetrieveBody(_Body):
+        question: str = Field(max_length=10_000)
+        filters: list[str] = Field(default_factory=list, max_length=50)
+        tags: list[str] = Field(default_factory=list, max_length=50)
+        top_k: int | None = Field(None, ge=1, le=top)
+        mode: str = Field("contract", max_length=200)
+        context: bool = True
+        _q = field_validator("question")(_question)
+
+    class BatchBody(_Body):
+        questions: list[Question] = Field(min_length=1, max_length=max_batch)
+        top_k: int | None = Field(None, ge=1, le=top)
+        mode: str = Field("contract", max_length=200)
+        context: bool = True
+
+    app = FastAPI(title="kbtool", version=_version(), docs_url=None, redoc_url=None, openapi_url=None)
+
+    def error(status: int, type_: str, message: str, headers: dict | None = None):
+        return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
+
+    def error_of(exc: BaseException):
+        if isinstance(exc, HttpError):
+            return error(exc.status, exc.type, str(exc), exc.headers)
+        if isinstance(exc, DocumentNotFound):
+            return error(404, "not_found", str(exc))
+        if isinstance(exc, AccessError):
+            return error(403, "access", str(exc))
+        if isinstance(exc, ContractError):
+            return error(400, "contract", str(exc))
+        if isinstance(exc, InputError):  # UsageError too
+            return error(400, "usage", str(exc))
+        if isinstance(exc, (StoreError, ModelError)):
+            return error(503, "store" if isinstance(exc, StoreError) else "model", str(exc))
+        if isinstance(exc, KbtoolError):
+            return error(500, "kbtool", str(exc))
+        log.exception("internal error")  # the traceback goes to the server's log, never to the client
+        return error(500, "internal", f"{type(exc).__name__}: the server failed; its log has the details")
+
+    async def body_of(request: Request, model):
+        """The request body as ``model``: 413 past max_body (declared or streamed), 400 for bad JSON,
+        422 for a body the model refuses."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body:
+            raise HttpError(413, "too_large", f"the body is over {max_body} bytes")
+        data = bytearray()
+        async for piece in request.stream():
+            data += piece
+            if len(data) > max_body:
+                raise HttpError(413, "too_large", f"the body is over {max_body} bytes")
+        try:
+            raw = json.loads(bytes(data))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HttpError(400, "invalid_json", f"the body is not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise HttpError(400, "invalid_json", "the body must be a JSON object")
+        try:
+            return model.model_validate(raw)
+        except ValidationError as exc:
+            raise HttpError(422, "validation", _validation_message(exc)) from None
+
+    async def work(fn: Callable[[], Any], limited: bool = True):
+        """Run blocking ``fn`` in the thread pool within a concurrency slot (``limited``) and the
+        timeout. A slot stays taken until its thread ends, even past a timeout: the limit is on
+        real work."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        limited = limited and slots is not None
+        if limited:
+            try:
+                await asyncio.wait_for(slots.acquire(), None if deadline is None else max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                raise HttpError(504, "timeout", f"no answer within {timeout:g} s (the server is busy)") from None
+        task = asyncio.ensure_future(run_in_threadpool(fn))
+        if limited:
+            task.add_done_callback(lambda _: slots.release())
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), None if deadline is None else max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its late error is not "never retrieved"
+            raise HttpError(504, "timeout", f"no answer within {timeout:g} s") from None
+
+    def caller_of(request: Request) -> Caller:
+        return getattr(request.state, "caller", None) or default_caller
+
+    def with_source(d: dict, context: bool) -> dict:
+        if not context:
+            d.pop("context", None)
+        d["contract"] = service.contract_source()
+        return d
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        endpoint = _endpoint(request.url.path)
+        try:
+            response = await _guarded(request, call_next)
+        except BaseException as exc:  # noqa: BLE001 - every failure is a JSON answer
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
+                raise
+            response = error_of(exc)
+        service.metrics.count(endpoint, response.status_code)
+        return response
+
+    async def _guarded(request: Request, call_next):
+        if hosts is not None:
+            h = _host_of(request.headers.get("host", ""))
+            if h not in hosts:
+                raise HttpError(403, "host", f"host {h or '(none)'!r} is not served here (DNS rebinding protection)")
+            origin = request.headers.get("origin")
+            if origin and origin != "null":
+                from urllib.parse import urlsplit
+
+                if (urlsplit(origin).hostname or "") not in hosts:
+                    raise HttpError(403, "origin", f"origin {origin!r} is not served here")
+        request.state.caller = None
+        if tokens:
+            got = request.headers.get("authorization", "")
+            scheme, _, token = got.partition(" ")
+            match = None
+            if scheme.lower() == "bearer" and token:
+                for known, caller in tokens.items():  # compare with every token: the time says nothing
+                    if hmac.compare_digest(known.encode(), token.strip().encode()):
+                        match = caller
+            request.state.caller = match
+            if match is None and request.url.path.startswith("/v1/"):
+                raise HttpError(401, "unauthorized", "this server needs Authorization: Bearer TOKEN"
+                                if not got else "the bearer token is not valid",
+                                headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, exc):
+        return error(404, "not_found", f"no endpoint {request.method} {request.url.path}")
+
+    @app.exception_handler(405)
+    async def not_allowed(request: Request, exc):
+        return error(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
+
+    @app.post("/v1/retrieve")
+    async def retrieve(request: Request):
+        body = await body_of(request, RetrieveBody)
+        caller = caller_of(request)
+        answer = await work(lambda: service.retrieve(body.question, caller=caller, filters=body.filters,
+                                                     tags=body.tags, top_k=body.top_k, mode=body.mode))
+        return JSONResponse({**with_source(answer.to_dict(), body.context), "index": service.freshness()})
+
+    @app.post("/v1/retrieve/batch")
+    async def retrieve_batch(request: Request):
+        body = await body_of(request, BatchBody)
+        caller = caller_of(request)
+
+        def run():
+            groups: dict[tuple, list[int]] = {}  # questions with the same filters and tags go together
+            for i, q in enumerate(body.questions):
+                groups.setdefault((tuple(q.filters), tuple(q.tags)), []).append(i)
+            answers: list = [None] * len(body.questions)
+            for (filters, qtags), idx in groups.items():
+                got = service.retrieve([body.questions[i].question for i in idx], caller=caller, filters=filters,
+                                       tags=qtags, top_k=body.top_k, mode=body.mode)
+                for i, a in zip(idx, got):
+                    answers[i] = a
+            return answers
+
+        answers = await work(run)
+        out = []
+        for q, a in zip(body.questions, answers):
+            out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a.to_dict(), body.context)})
+        return JSONResponse({"answers": out, "index": service.freshness()})
+
+    @app.get("/v1/documents/{doc_id:path}")
+    async def document(request: Request, doc_id: str, lines: str | None = None):
+        caller = caller_of(request)
+        return JSONResponse(await work(lambda: service.document_span(doc_id, lines, caller=caller)))
+
+    @app.get("/v1/contract")
+    async def contract():
+        c = service.contract
+        return JSONResponse({**service.contract_source(c), "overrides": service.overrides,
+                             "error": service.contract_error, "contract": c.to_dict()})
+
+    @app.get("/healthz")
+    async def healthz(request: Request):
+        health = await work(service.health, limited=False)  # a probe answers while retrievals queue
+        if tokens and request.state.caller is None:  # no token: alive or not, nothing about the store
+            health = {"status": health["status"]}
+        return JSONResponse(health, status_code=200)
+
+    @app.get("/metrics")
+    async def metrics():
+        extra = {"uptime_seconds": round(service.uptime(), 1), "store_generation": service.store.generation(),
+                 "swaps_total": service.swaps}
+        return PlainTextResponse(service.metrics.text(extra), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

@@ -1,0 +1,305 @@
+"""The retrieval contract as an MCP server for agents: ``kbtool serve --mcp stdio|http``.
+
+A thin layer over ``Service`` (``serve/service.py``) with the official ``mcp`` SDK:
+
+* tool ``search`` — question, filters, tags, top_k (the schema is built from the contract and the
+  store: the filterable metadata keys, the decide tiers, ``1..max_top_k``) → the context block, the
+  citations and the decision with its explanation, as text and as structured content. A refusal
+  is a normal result that says so, not an error.
+* tool ``read`` — doc_id and an optional line range ``a-b`` → the cited span, each line numbered.
+* resources ``kbtool://contract`` (the effective contract, YAML) and ``kbtool://status`` (the
+  store's size, freshness and model, JSON).
+
+The server answers as ONE caller (``caller``: the principal and permission tags given on the
+command line); no tool takes a principal, so a tool call can never widen what it may read. A
+kbtool error (bad filter, unknown document, ...) is a tool error with kbtool's one-line message.
+
+The tool schemas and the instructions are written when the server starts; answers always come
+from the current state (``Service`` swaps in a re-ingested store or an edited contract, and checks
+tags, filters and top_k itself). ``mcp`` is imported inside the functions only: ``kbtool --help`` stays instant.
+"""
+
+# no `from __future__ import annotations`: the tools' annotations are read by the SDK at runtime
+
+import inspect
+import json
+import sys
+from typing import Any
+
+from .service import Caller
+
+SNIPPET_CHARS = 400  # of each hit's text in the citations
+READ_DEFAULT_LINES = 400  # `read` without a range: the document's first lines, and says how many there are
+TYPE_TIERS = {"identifier", "cjk", "other"}  # detected question types: a tier of that name applies by itself
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+# ---- what the caller may see --------------------------------------------------------------------
+def _filter_keys(service, caller: Caller) -> list[str]:
+    """The metadata keys a filter may name, as ``scope`` accepts them for this caller: the
+    contract's filterable ``data.metadata`` and the store's keys (for a restricted caller, only
+    keys documents it may read carry)."""
+    from ..query.pipeline import _visibility, access_tags
+
+    store, contract = service.store, service.contract
+    fields = contract.data.metadata
+    tags = access_tags(contract, caller.principal, caller.allow or None)
+    if tags is None:
+        keys = store.metadata_keys() | set(fields)
+    else:
+        visible = _visibility(contract, tags)
+        keys = set(fields) | {k for _, _, meta in store.chunk_metadata() if visible(meta) for k in meta}
+        keys.discard("index_hash")
+    return sorted(k for k in keys if k not in fields or fields[k].filterable)
+
+
+def _status(service, caller: Caller) -> dict:
+    """``service.health()``, with the documents and chunks this caller may read."""
+    from ..query.pipeline import restricted_status
+
+    info = service.health()
+    with service.state() as (store, contract, _):
+        seen = restricted_status(store, contract, caller.principal, caller.allow or None)
+    info["documents"], info["chunks"] = seen["documents"], seen["chunks"]
+    if seen.get("access") is not None:
+        info["access"] = seen["access"]
+    return info
+
+
+def _instructions(service, caller: Caller, keys: list[str]) -> str:
+    st = _status(service, caller)
+    fr = st["index"]
+    tiers = list(service.contract.decide.tiers)
+    lines = [
+        f"kbtool knowledge base ({st['store']}): {st['documents']} documents, {st['chunks']} chunks, "
+        f"embedding model {st['model']}, contract version {st['contract']['version']}.",
+        f"Freshness when the server started: catalog generation {fr['generation']}, indexes "
+        f"{'current' if fr['indexes_current'] else 'NOT current (run kbtool index)'}, last ingest "
+        f"{fr['last_ingest'] or 'never'}. The resource kbtool://status has the current state; the server "
+        "picks up a re-ingested store and an edited contract by itself.",
+        "",
+        "How to use it:",
+        "1. Call `search` with the question in natural language first. Answer only from the returned "
+        "context and cite the sources as [n] with their citation (path:lines or URL).",
+        "2. The decision says how far to trust it: `answer` — the sources answer the question; "
+        "`low_confidence` — answer with a caveat; `refuse` — the knowledge base has no answer: say so, "
+        "do not guess. The explanation says why (and which words the knowledge base never mentions).",
+        "3. To see more around a citation, call `read` with its doc_id and a line range, e.g. a few lines "
+        "before line_start to some after line_end (lines are numbered in the result).",
+        f"4. Narrow a search with filters KEY=VALUE (or dir=docs/** globs) over the keys: {', '.join(keys)}.",
+    ]
+    named = [t for t in tiers if t not in TYPE_TIERS]
+    if named:
+        lines.append(f"5. Tags select a threshold tier for the question: {', '.join(named)}.")
+    if caller.principal or caller.allow:
+        who = caller.principal or ", ".join(caller.allow)
+        lines.append(f"Access: this server answers as {who}; it sees only the documents that caller may read.")
+    return "\n".join(lines)
+
+
+# ---- results ------------------------------------------------------------------------------------
+def _citation(hit) -> dict:
+    text = " ".join(hit.text.split())
+    return {"rank": hit.rank, "doc_id": hit.doc_id, "chunk_id": hit.chunk_id, "citation": hit.citation, "url": hit.url or None,
+            "title": hit.title, "section_path": hit.section_path,
+            "lines": [hit.line_start, hit.line_end] if hit.line_start else None,
+            "page": hit.page, "confidence": round(hit.confidence, 4),
+            "snippet": text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rstrip() + " …"}
+
+
+def answer_payload(answer, freshness: dict | None = None) -> dict:
+    """The structured result of ``search`` for one ``Answer``."""
+    cites = [_citation(h) for h in answer.hits]
+    refused = answer.decision == "refuse"
+    out = {"question": answer.question, "decision": answer.decision,
+           "confidence": None if answer.confidence is None else round(answer.confidence, 4),
+           "tier": answer.tier, "message": answer.explanation.get("message", ""),
+           "explanation": answer.explanation, "context": answer.context,
+           # a refusal's hits answer nothing: they are the nearest misses, never sources to cite
+           "citations": [] if refused else cites, "nearest": cites if refused else []}
+    if answer.filters:
+        out["filters"] = answer.filters
+    if freshness is not None:
+        out["freshness"] = freshness
+    return out
+
+
+def answer_text(payload: dict) -> str:
+    conf = payload["confidence"]
+    head = f"Decision: {payload['decision']}"
+    if payload["message"]:
+        head += f" — {payload['message']}"
+    elif conf is not None:
+        head += f" (confidence {conf:.2f})"
+    parts = [head, "", payload["context"].rstrip()]
+    if payload["citations"]:
+        parts += ["", "Citations (read one with `read` doc_id and lines):"]
+        for c in payload["citations"]:
+            where = f"lines {c['lines'][0]}-{c['lines'][1]}" if c["lines"] else (f"p.{c['page']}" if c["page"] else "")
+            parts.append(f"[{c['rank']}] {c['citation']} — {c['section_path'] or c['title']} "
+                         f"(doc_id {c['doc_id']}{', ' + where if where else ''}; confidence {c['confidence']:.2f})")
+    elif payload["decision"] == "refuse":
+        parts += ["", "No source answers this question: say the knowledge base has no answer; do not guess."]
+    return "\n".join(parts)
+
+
+def numbered(span: dict) -> str:
+    first, last = span["lines"]
+    width = len(str(last))
+    body = "\n".join(f"{n:>{width}} | {line}" for n, line in enumerate(span["text"].split("\n"), start=first))
+    head = f"{span['doc_id']} — {span['title']}: lines {first}-{last} of {span['total_lines']}"
+    notes = []
+    if span["source"] == "parsed":
+        notes.append("text as parsed at ingest")
+    if span["changed_since_ingest"]:
+        notes.append("the file changed since it was ingested: line numbers may differ from the citations")
+    if last < span["total_lines"]:
+        notes.append(f"more: lines {last + 1}-{span['total_lines']}")
+    return head + (f" ({'; '.join(notes)})" if notes else "") + "\n" + body
+
+
+# ---- the server ---------------------------------------------------------------------------------
+def build_server(service, caller: Caller | None = None):
+    """The MCP server (an ``mcp.server.mcpserver.MCPServer``) over ``service``, answering as
+    ``caller`` (default: unrestricted, as ``kbtool query`` without --principal/--allow)."""
+    from typing import Annotated, List, Literal, Optional
+
+    from mcp.server.mcpserver import MCPServer
+    from mcp_types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import Field
+
+    from .. import __version__
+    from ..errors import KbtoolError
+    from ..query.pipeline import access_tags
+
+    caller = caller or Caller()
+    access_tags(service.contract, caller.principal, caller.allow or None)  # an unknown principal: fail now
+    keys = _filter_keys(service, caller)
+    contract = service.contract
+    fields = contract.data.metadata
+    described = ", ".join(f"{k} ({fields[k].type})" if k in fields else k for k in keys)
+    tiers = list(contract.decide.tiers)
+    max_k = service.max_top_k
+
+    server = MCPServer("kbtool", title="kbtool knowledge base", version=__version__,
+                       instructions=_instructions(service, caller, keys), log_level="WARNING")
+
+    def error(exc: Exception) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+
+    # -- search: its signature (and so its input schema) comes from the contract and the store
+    def search(**args: Any) -> CallToolResult:
+        try:
+            answer = service.retrieve(args["question"], caller=caller, filters=args.get("filters") or [],
+                                      tags=args.get("tags") or [], top_k=args.get("top_k"))
+            payload = answer_payload(answer, service.freshness())
+        except KbtoolError as exc:
+            return error(exc)
+        return CallToolResult(content=[TextContent(type="text", text=answer_text(payload))],
+                              structured_content=payload)
+
+    P = inspect.Parameter
+    params = [
+        P("question", P.KEYWORD_ONLY, annotation=Annotated[str, Field(
+            min_length=1, description="The question, in natural language (any language the store holds).")]),
+        P("filters", P.KEYWORD_ONLY, default=[], annotation=Annotated[List[str], Field(
+            description="Restrict the search, each KEY=VALUE (all must match), as `kbtool query --filter`: "
+                        "e.g. filetype=md, dir=docs/** (a glob), doc_id=manual/*. Keys: " + described + ".")]),
+    ]
+    if tiers:
+        params.append(P("tags", P.KEYWORD_ONLY, default=[], annotation=Annotated[
+            List[Literal[tuple(tiers)]], Field(  # type: ignore[valid-type]
+                description="Question tags selecting a threshold tier of the contract (decide.tiers); "
+                            "identifier/cjk/other tiers also apply by themselves to such questions.")]))
+    params.append(P("top_k", P.KEYWORD_ONLY, default=None, annotation=Annotated[
+        Optional[Annotated[int, Field(ge=1, le=max_k)]], Field(
+            description=f"Hits returned, 1-{max_k} (default: the contract's retrieve.top_k).")]))
+    search.__signature__ = inspect.Signature(params, return_annotation=CallToolResult)
+    search.__annotations__ = {}
+    server.add_tool(
+        search, name="search", title="Search the knowledge base",
+        description=("Search the knowledge base with the retrieval contract; call it first. Returns the "
+                     "context block to answer from (cite sources as [n]), the citations (doc_id, "
+                     "path:lines or URL, section, confidence, snippet) and the decision (answer, "
+                     "low_confidence, refuse) with its explanation. A refusal means the knowledge base "
+                     f"has no answer: say so. top_k: hits returned (1-{max_k}; default: the contract's "
+                     f"{contract.retrieve.top_k})."),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
+
+    def read(doc_id: Annotated[str, Field(description="A document id from a citation (doc_id).")],
+             lines: Annotated[Optional[str], Field(
+                 description="Line range A-B of the source (e.g. 70-110: around a citation's lines); "
+                             f"default: the first {READ_DEFAULT_LINES} lines.")] = None) -> CallToolResult:
+        try:
+            span = service.document_span(doc_id, lines or f"1-{READ_DEFAULT_LINES}", caller=caller)
+        except KbtoolError as exc:
+            return error(exc)
+        return CallToolResult(content=[TextContent(type="text", text=numbered(span))], structured_content=span)
+
+    server.add_tool(
+        read, name="read", title="Read a cited span",
+        description=("Read a document of the knowledge base, or the lines A-B of it, each line prefixed "
+                     "with its number: to check a citation or see the text around it."),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
+
+    @server.resource("kbtool://contract", name="contract", title="The effective retrieval contract",
+                     description="The contract the server answers with (YAML), overrides applied.",
+                     mime_type="application/yaml")
+    def contract_resource() -> str:
+        from ..contract import dump_yaml
+
+        with service.state() as (_, c, _e):
+            return dump_yaml(c, comments=False)
+
+    @server.resource("kbtool://status", name="status", title="Store status and freshness",
+                     description="Documents, chunks, embedding model, index freshness (generation, "
+                                 "indexes current, last ingest), contract version (JSON).",
+                     mime_type="application/json")
+    def status_resource() -> str:
+        return json.dumps(_status(service, caller), indent=2, ensure_ascii=False)
+
+    return server
+
+
+def transport_security(host: str):
+    """DNS-rebinding protection: Host and Origin must name this machine (and ``host``)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    names = []
+    if host in ("0.0.0.0", "::", ""):  # every interface: this machine's names
+        import socket
+
+        names = [socket.gethostname(), socket.getfqdn()]
+    elif host not in LOOPBACK:
+        names = [host]
+    for name in dict.fromkeys(n for n in names if n):
+        name = f"[{name}]" if ":" in name else name
+        hosts.append(f"{name}:*")
+        origins += [f"http://{name}:*", f"https://{name}:*"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                     allowed_origins=origins)
+
+
+def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
+        caller: Caller | None = None) -> None:
+    """Serve until interrupted: ``stdio`` (an MCP client starts this process) or ``http``
+    (streamable HTTP at ``http://HOST:PORT/mcp``)."""
+    import anyio
+
+    from ..errors import UsageError
+
+    if transport not in ("stdio", "http"):
+        raise UsageError(f"MCP transport {transport!r}: use stdio or http")
+    server = build_server(service, caller)
+    if transport == "stdio":
+        anyio.run(server.run_stdio_async)
+        return
+    print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{port}/mcp "
+          f"(store {service.store.path})", file=sys.stderr, flush=True)
+    anyio.run(lambda: server.run_streamable_http_async(
+        host=host, port=port, streamable_http_path="/mcp", transport_security=transport_security(host)))
+
+
+__all__ = ["build_server", "run", "answer_payload"]

@@ -1,0 +1,284 @@
+"""`kbtool serve` over HTTP: a real server process on 127.0.0.1 (one per module) over a real store
+and the bundled model, asked with httpx; the cheap cases (limits, timeouts) in process with
+FastAPI's TestClient over a stub service."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from kbtool.cli import app
+
+from .conftest import ROOT, public_and_restricted_store, write
+
+PUBLIC = {
+    "guide.md": "# Guide\n\n## Ports\n\nThe server listens on port 8443 (setting net.port).\n\n"
+                "## Logs\n\nLogs rotate every night at midnight.\n",
+    "faq.md": "# FAQ\n\nReset a password from the account page.\n",
+    "billing.md": "# Billing\n\nInvoices are sent on the first day of the month.\n",
+    "teams.md": "# Teams\n\nAn owner can invite members to a team.\n",
+}
+SECRET = {"payroll.md": "# Payroll\n\nThe grimbleflax payroll run happens on the 25th of each month.\n"}
+CONTRACT = "contract_version: 1\naccess:\n  principals:\n    support: [internal]\n    guest: []\n"
+SUPPORT, GUEST = "tok-support-0123456789", "tok-guest-0123456789"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, embedder):
+    base = tmp_path_factory.mktemp("serve")
+    kb = public_and_restricted_store(base, PUBLIC, SECRET, {"access": "internal"}, embedder)
+    contract = write(base / "kbtool.yaml", CONTRACT)
+    tokens = write(base / "tokens.json", json.dumps({SUPPORT: {"principal": "support"}, GUEST: {"principal": "guest"}}))
+    log = open(base / "stderr.txt", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", "--store", str(kb.path), "--contract",
+                             str(contract), "--tokens", str(tokens), "--port", "0", "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=log, cwd=base, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = None
+    for _ in range(1200):
+        text = (base / "stderr.txt").read_text()
+        if "kbtool serve: http://" in text:
+            url = text.split("kbtool serve: ")[1].split()[0]
+            break
+        assert proc.poll() is None, text
+        time.sleep(0.1)
+    assert url, (base / "stderr.txt").read_text()
+    yield {"url": url, "kb": kb.path, "contract": contract, "base": base, "proc": proc}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0  # SIGTERM is a clean stop
+    assert proc.stdout.read() == b""  # stdout is for data: the server writes none
+    assert "Traceback" not in (base / "stderr.txt").read_text()
+
+
+def client(served, token=SUPPORT):
+    return httpx.Client(base_url=served["url"], headers={"Authorization": f"Bearer {token}"} if token else {},
+                        timeout=60)
+
+
+def query_json(served, question, principal):
+    r = CliRunner().invoke(app, ["query", question, "--store", str(served["kb"]), "--contract", str(served["contract"]),
+                                 "--principal", principal, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("question", ["which port does the server listen on", "reset password", "qwxzv plorb"])
+def test_answers_equal_kbtool_query_json(served, question):
+    with client(served) as c:
+        r = c.post("/v1/retrieve", json={"question": question})
+    assert r.status_code == 200, r.text
+    got, want = r.json(), query_json(served, question, "support")
+    assert got["index"]["indexes_current"] is True and got["contract"] == want["contract"]
+    assert got["decision"] == want["decision"] and got["confidence"] == want["confidence"]
+    assert [(h["chunk_id"], h["score"], h["citation"]) for h in got["hits"]] == \
+        [(h["chunk_id"], h["score"], h["citation"]) for h in want["hits"]]
+    assert got["context"] == want["context"] and got["explanation"] == want["explanation"]
+
+
+def test_batch_keeps_order_and_ids(served):
+    with client(served) as c:
+        r = c.post("/v1/retrieve/batch", json={"questions": [{"question": "reset password", "id": "a"},
+                                                             {"question": "port 8443", "id": 2, "filters": ["doc_id=guide.md"]}],
+                                               "top_k": 2, "context": False})
+    assert r.status_code == 200, r.text
+    a, b = r.json()["answers"]
+    assert (a["id"], b["id"]) == ("a", 2) and "context" not in a
+    assert a["hits"][0]["doc_id"] == "faq.md" and {h["doc_id"] for h in b["hits"]} == {"guide.md"}
+    assert len(a["hits"]) <= 2
+
+
+def test_twenty_concurrent_requests(served):
+    codes, questions = [], ["port", "password", "invoices", "team owner", "logs"] * 4
+
+    def ask(q):
+        with client(served) as c:
+            codes.append(c.post("/v1/retrieve", json={"question": q, "top_k": 3}).status_code)
+
+    threads = [threading.Thread(target=ask, args=(q,)) for q in questions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [200] * 20
+
+
+def test_access_follows_the_token_never_the_body(served):
+    q = {"question": "grimbleflax payroll run"}
+    with client(served, SUPPORT) as c:
+        assert "payroll.md" in [h["doc_id"] for h in c.post("/v1/retrieve", json=q).json()["hits"]]
+        assert c.get("/v1/documents/payroll.md").status_code == 200
+    with client(served, GUEST) as c:
+        r = c.post("/v1/retrieve", json=q)
+        assert r.status_code == 200 and "payroll.md" not in [h["doc_id"] for h in r.json()["hits"]]
+        assert "grimbleflax" not in r.json()["context"]
+        r = c.get("/v1/documents/payroll.md")  # as if it did not exist
+        assert r.status_code == 404 and r.json()["error"]["message"] == "no document 'payroll.md' in the store"
+        for widen in ({"principal": "support"}, {"allow": ["internal"]}):
+            r = c.post("/v1/retrieve", json={**q, **widen})
+            assert r.status_code == 422 and "unknown field" in r.json()["error"]["message"]
+    with client(served, None) as c:
+        r = c.post("/v1/retrieve", json=q)
+        assert r.status_code == 401 and "Bearer" in r.json()["error"]["message"]
+        assert c.get("/healthz").json() == {"status": "ok"}  # alive, nothing about the store
+    with client(served, "tok-wrong-0123456789") as c:
+        assert c.post("/v1/retrieve", json=q).status_code == 401
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (b'{"question": "port", "colour": "red"}', 422, "colour: unknown field"),
+    (b'{"question": "port", "top_k": 0}', 422, "top_k"),
+    (b'{"question": "port", "top_k": 100000}', 422, "less than or equal to 50"),
+    (b'{"question": "   "}', 422, "question: the question is empty"),
+    (b'{}', 422, "question: Field required"),
+    (b'{"question": "port", "mode": "sparse"}', 400, "unknown mode 'sparse'"),
+    (b'{"question": "port", "filters": ["colour=red"]}', 400, "known keys"),
+    (b'{"question": "' + b"a" * 1_100_000 + b'"}', 413, "over 1000000 bytes"),
+])
+def test_malformed_requests_are_clear_4xx(served, body, status, words):
+    with client(served) as c:
+        r = c.post("/v1/retrieve", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == status, r.text
+    assert words in r.json()["error"]["message"] and "Traceback" not in r.text
+
+
+def test_document_lines_are_the_cited_span(served):
+    with client(served) as c:
+        hit = c.post("/v1/retrieve", json={"question": "logs rotate at midnight", "top_k": 1}).json()["hits"][0]
+        assert hit["doc_id"] == "guide.md" and hit["line_start"]
+        r = c.get(f"/v1/documents/{hit['doc_id']}", params={"lines": f"{hit['line_start']}-{hit['line_end']}"})
+        assert r.status_code == 200, r.text
+        lines = PUBLIC["guide.md"].split("\n")[hit["line_start"] - 1:hit["line_end"]]
+        assert r.json()["text"] == "\n".join(lines) and "midnight" in r.json()["text"]
+        assert r.json()["changed_since_ingest"] is False
+        assert c.get("/v1/documents/nope.md").status_code == 404
+        r = c.get("/v1/documents/guide.md", params={"lines": "x"})
+        assert r.status_code == 400 and "write A-B" in r.json()["error"]["message"]
+
+
+def test_health_contract_and_metrics(served):
+    with client(served) as c:
+        h = c.get("/healthz").json()
+        assert h["status"] == "ok" and h["documents"] == 5 and h["contract"]["version"] == 1
+        r = c.get("/v1/contract").json()
+        assert r["path"] == str(served["contract"]) and r["contract"]["access"]["principals"]["support"] == ["internal"]
+        m = c.get("/metrics")
+        assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+        assert 'kbtool_requests_total{endpoint="/v1/retrieve",status="200"}' in m.text
+        assert 'kbtool_decisions_total{decision=' in m.text and "kbtool_stage_seconds_bucket" in m.text
+
+
+def test_host_and_origin_checks(served):
+    with client(served) as c:
+        r = c.get("/healthz", headers={"Host": "evil.example"})
+        assert r.status_code == 403 and "DNS rebinding" in r.json()["error"]["message"]
+        assert c.get("/healthz", headers={"Host": "localhost:1234"}).status_code == 200
+        assert c.get("/healthz", headers={"Origin": "http://evil.example"}).status_code == 403
+        assert c.get("/healthz", headers={"Origin": "http://localhost:3000"}).status_code == 200
+        assert c.get("/nothing").status_code == 404 and c.get("/nothing").json()["error"]["type"] == "not_found"
+
+
+# ---- in process: limits, over a stub service --------------------------------------------------
+class Stub:
+    """What create_app needs of a Service; retrieve sleeps ``delay`` seconds."""
+
+    max_top_k, overrides, contract_error, swaps = 50, [], None, 0
+
+    def __init__(self, delay=0.0):
+        from kbtool.serve.service import Metrics
+
+        self.metrics, self.delay, self.running, self.peak = Metrics(), delay, 0, 0
+        self.lock = threading.Lock()
+
+    def retrieve(self, question, **kw):
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(self.delay)
+        with self.lock:
+            self.running -= 1
+        if question == "boom":
+            raise RuntimeError("secret internals")
+
+        class A:
+            def to_dict(self):
+                return {"question": question, "hits": [], "context": ""}
+
+        return A()
+
+    def freshness(self):
+        return {"generation": 1}
+
+    def contract_source(self, c=None):
+        return {"path": None, "version": 1, "calibrated": None}
+
+
+def test_timeout_concurrency_and_internal_errors():
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+
+    stub = Stub(delay=0.3)
+    c = TestClient(create_app(stub, max_concurrency=2, timeout=5), base_url="http://127.0.0.1")
+    c.__enter__()  # one event loop for all requests, as under uvicorn
+    codes = []
+    threads = [threading.Thread(target=lambda: codes.append(c.post("/v1/retrieve", json={"question": "q"}).status_code))
+               for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [200] * 6 and stub.peak == 2
+
+    slow = TestClient(create_app(Stub(delay=1.0), timeout=0.2), base_url="http://127.0.0.1")
+    r = slow.post("/v1/retrieve", json={"question": "q"})
+    assert r.status_code == 504 and r.json()["error"]["type"] == "timeout"
+
+    r = TestClient(create_app(Stub()), base_url="http://127.0.0.1").post("/v1/retrieve", json={"question": "boom"})
+    assert r.status_code == 500 and "secret internals" not in r.text and "Traceback" not in r.text
+
+    r = c.post("/v1/retrieve/batch", json={"questions": [{"question": "q"}] * 101})
+    assert r.status_code == 422 and "questions" in r.json()["error"]["message"]
+    c.__exit__(None, None, None)
+
+
+def test_tokens_file_is_checked_at_startup(tmp_path):
+    from kbtool.contract import load_contract
+    from kbtool.errors import AccessError, InputError
+    from kbtool.serve.http import load_tokens
+
+    contract = load_contract(write(tmp_path / "c.yaml", CONTRACT), search=False)
+    ok = load_tokens(write(tmp_path / "t.yaml", f"{SUPPORT}: {{principal: support}}\n{GUEST}: {{allow: [x]}}\n"), contract)
+    assert ok[SUPPORT].principal == "support" and ok[GUEST].allow == ["x"]
+    with pytest.raises(AccessError, match="unknown principal 'admin'"):
+        load_tokens(write(tmp_path / "bad.json", json.dumps({SUPPORT: {"principal": "admin"}})), contract)
+    with pytest.raises(InputError, match="principal: NAME"):
+        load_tokens(write(tmp_path / "list.yaml", "- a\n"), contract)
+    r = CliRunner().invoke(app, ["serve", "--contract", str(tmp_path / "c.yaml"), "--tokens", str(tmp_path / "bad.json")])
+    assert r.exit_code == 1 and "unknown principal 'admin'" in r.stderr and SUPPORT not in r.stderr
+
+
+def test_mcp_stdio_hands_the_warm_service_over_and_keeps_stdout_clean(served, monkeypatch):
+    """`--mcp stdio` calls kbtool.serve.mcp.run(service, "stdio", ...): a stub stands in for it."""
+    import types
+
+    import kbtool.serve
+
+    calls = []
+    stub = types.ModuleType("kbtool.serve.mcp")
+    stub.run = lambda service, transport="stdio", host="127.0.0.1", port=8765, caller=None: calls.append(
+        (type(service).__name__, transport, caller.principal, service.health()["documents"]))
+    monkeypatch.setitem(sys.modules, "kbtool.serve.mcp", stub)
+    monkeypatch.setattr(kbtool.serve, "mcp", stub, raising=False)
+    r = CliRunner().invoke(app, ["serve", "--mcp", "stdio", "--store", str(served["kb"]), "--contract",
+                                 str(served["contract"]), "--principal", "guest"])
+    assert r.exit_code == 0, r.output
+    assert calls == [("Service", "stdio", "guest", 5)] and r.stdout == ""

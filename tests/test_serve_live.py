@@ -1,0 +1,142 @@
+"""A warm Service takes in what other processes do: an ingest in another process is picked up
+while requests keep coming (none fails, no ghost, the new chunks found by the dense retriever too —
+Chroma's in-memory index is re-opened), an edited contract is swapped in, a broken edit is refused
+while the old contract keeps serving, and --watch re-ingests an edited file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import write
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _folder(base: Path) -> Path:
+    docs = base / "docs"
+    write(docs / "a.md", "# Alpha\n\nThe alpha service stores invoices for seven years.\n")
+    write(docs / "b.md", "# Beta\n\nThe beta service sends a weekly digest email every Monday.\n")
+    write(docs / "c.md", "# Gamma\n\nGamma rotates the signing keys every ninety days.\n")
+    return docs
+
+
+def _store(base: Path, embedder) -> Path:
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    docs = _folder(base)
+    kb = Store.open(base / "kb", create=True)
+    ingest(kb, [docs], embedder=embedder)
+    kb.close()
+    return base / "kb"
+
+
+def _until(predicate, timeout: float = 30.0, every: float = 0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(every)
+    return predicate()
+
+
+def test_an_ingest_in_another_process_is_picked_up_with_no_failed_request_and_no_ghost(tmp_path, embedder):
+    from kbtool.serve.service import Service
+
+    kb = _store(tmp_path, embedder)
+    service = Service(kb, check_every=0.2)
+    new_text = "Zorblax lanterns glow violet when the quarterly audit begins."
+    before = service.retrieve(new_text, mode="dense", top_k=3)
+    assert "new.md" not in [h.doc_id for h in before.hits]
+    errors, seen_after = [], []
+    done = threading.Event()
+    ingested = threading.Event()
+
+    def loop():
+        while not done.is_set():
+            try:
+                for mode in ("contract", "dense", "bm25"):
+                    a = service.retrieve("weekly digest email Monday", mode=mode, top_k=3)
+                    if ingested.is_set():
+                        seen_after.extend(h.doc_id for h in a.hits)
+            except Exception as exc:  # any failed request fails the test
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=loop) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        docs = tmp_path / "docs"
+        write(docs / "new.md", f"# New\n\n{new_text}\n")
+        (docs / "b.md").unlink()
+        r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(docs), "--store", str(kb), "-q"],
+                           capture_output=True, text=True, env=_env(), timeout=300)
+        assert r.returncode == 0, r.stderr
+        time.sleep(0.5)  # the service checks every 0.2 s
+        ingested.set()
+        found = _until(lambda: [h.doc_id for h in service.retrieve(new_text, mode="dense", top_k=3).hits][:1] == ["new.md"])
+        assert found, "the dense retriever never saw the chunk another process indexed"
+        time.sleep(0.5)
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[:3]
+    assert "b.md" not in seen_after  # the deleted document never came back
+    assert service.swaps >= 1
+    assert service.freshness()["indexes_current"] and service.health()["documents"] == 3
+
+
+def test_an_edited_contract_is_swapped_in_and_a_broken_one_keeps_the_old(tmp_path, embedder, caplog):
+    from kbtool.serve.service import Service
+
+    kb = _store(tmp_path, embedder)
+    contract = write(tmp_path / "kbtool.yaml", "contract_version: 1\nretrieve:\n  top_k: 3\n")
+    service = Service(kb, contract, check_every=0.1)
+    assert len(service.retrieve("service", mode="dense").hits) == 3
+    time.sleep(0.05)
+    write(contract, "contract_version: 2\nretrieve:\n  top_k: 1\n")
+    assert _until(lambda: len(service.retrieve("service", mode="dense").hits) == 1, timeout=5)
+    assert service.health()["contract"]["version"] == 2
+    write(contract, "contract_version: 3\nretrieve:\n  top_k: [not a number\n")
+    time.sleep(0.3)
+    a = service.retrieve("service", mode="dense")  # still served, by version 2
+    assert len(a.hits) == 1
+    health = service.health()
+    assert health["contract"]["version"] == 2 and health["status"] == "degraded"
+    assert "not valid YAML" in health["contract"]["error"]
+    assert "not reloaded" in caplog.text
+    write(contract, "contract_version: 4\nretrieve:\n  top_k: 2\n")
+    assert _until(lambda: service.health()["contract"]["version"] == 4, timeout=5)
+    assert service.health()["contract"]["error"] is None and len(service.retrieve("service", mode="dense").hits) == 2
+
+
+def test_watch_reingests_an_edited_file(tmp_path, embedder):
+    from kbtool.serve.service import Service
+    from kbtool.serve.watch import Watcher
+
+    kb = _store(tmp_path, embedder)
+    service = Service(kb, check_every=0.2)
+    watcher = Watcher(service, interval=0.2, debounce=0.5).start()
+    try:
+        write(tmp_path / "docs" / "c.md", "# Gamma\n\nGamma rotates the quuxalot signing keys every ninety days.\n")
+        assert _until(lambda: service.freshness().get("sources_changed_at"), timeout=10), "the change was not noticed"
+        hit = _until(lambda: [h.doc_id for h in service.retrieve("quuxalot", mode="bm25", top_k=1).hits] == ["c.md"],
+                     timeout=120, every=0.5)
+        assert hit, f"the edit never reached the index (watch error: {watcher.last_error})"
+        assert _until(lambda: "sources_changed_at" not in service.freshness(), timeout=10)
+        assert watcher.ingests == 1 and watcher.last_error is None
+    finally:
+        watcher.stop()
