@@ -178,7 +178,9 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     fields = contract.data.metadata
     tags = access_tags(contract, principal, allow)
     visible = _visibility(contract, tags)
-    if tags is None:
+    if not parsed:
+        known = set()
+    elif tags is None:
         known = store.metadata_keys() | set(fields)
     else:  # a restricted caller learns no metadata key only forbidden documents carry
         known = set(fields) | {k for _, _, meta in store.chunk_metadata() if visible(meta) for k in meta}

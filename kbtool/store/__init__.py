@@ -349,7 +349,13 @@ class Store:
         return self.catalog.document_text(doc_id)
 
     def metadata_keys(self) -> set[str]:
-        return (RESERVED_META - {"index_hash"}) | self.catalog.metadata_keys()
+        """Every metadata key of the store's documents (a filter on another key is an error). Read
+        once per catalog generation: every filtered query asks (2 ms of SQL on 1,400 documents)."""
+        gen = self.generation()
+        cached = getattr(self, "_keys_cache", None)
+        if cached is None or cached[0] != gen:
+            cached = self._keys_cache = (gen, frozenset((RESERVED_META - {"index_hash"}) | self.catalog.metadata_keys()))
+        return set(cached[1])
 
     # ---- chunks and vectors --------------------------------------------------------------
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
