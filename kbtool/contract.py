@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .document import normalise_id_prefix  # noqa: F401 (data.sources[].id_prefix; re-exported)
 from .errors import ContractError
 
 CONTRACT_FILE = "kbtool.yaml"
@@ -98,7 +99,7 @@ class Source(_Strict):
 
                 check_metadata_keys(v)
             elif info.field_name == "meta_from_path":
-                from .ingestion.pipeline import path_pattern
+                from .document import path_pattern
 
                 for pattern in v:
                     path_pattern(pattern)
@@ -116,17 +117,6 @@ class Source(_Strict):
         except UsageError as exc:
             raise ValueError(str(exc).replace("--markup-off ", "")) from None
         return v
-
-
-def normalise_id_prefix(prefix: str) -> str:
-    """'' or a relative path ending in '/' ('zh' -> 'zh/'); ValueError for anything else."""
-    p = (prefix or "").strip().replace("\\", "/")
-    if not p:
-        return ""
-    parts = p.strip("/").split("/")
-    if p.startswith("/") or any(part in ("", ".", "..") for part in parts):
-        raise ValueError(f"id prefix {prefix!r}: a relative name such as 'zh/' (no '..', no leading '/')")
-    return "/".join(parts) + "/"
 
 
 class DataSpec(_Strict):

@@ -71,3 +71,51 @@ def check_metadata_keys(metadata: dict) -> None:
 def fingerprint(sha256: str, options: str) -> str:
     """What makes a document unchanged: its bytes and the options it was parsed with."""
     return f"{sha256}|{options}"
+
+
+def path_pattern(pattern: str):
+    """``docs/{lang}/**`` -> a regex with a named group per ``{field}`` (``*`` within a folder,
+    ``**`` across folders)."""
+    import re
+
+    from .errors import UsageError
+
+    if not re.search(r"\{[A-Za-z_]\w*\}", pattern):
+        raise UsageError(f"meta_from_path {pattern!r}: name at least one field, e.g. 'docs/{{lang}}/**'")
+    out, names = "", set()
+    for token in re.split(r"(\{[A-Za-z_]\w*\}|\*\*/?|\*)", pattern):
+        if not token:
+            continue
+        if token.startswith("{"):
+            name = token[1:-1]
+            if name in names or name in RESERVED_META:
+                raise UsageError(f"meta_from_path {pattern!r}: field {name!r} is repeated or reserved")
+            names.add(name)
+            out += f"(?P<{name}>[^/]+)"
+        elif token.startswith("**"):
+            out += "(?:.*/)?" if token.endswith("/") else ".*"
+        elif token == "*":
+            out += "[^/]*"
+        else:
+            out += re.escape(token)
+    return re.compile(out + "$")
+
+
+def path_metadata(doc_id: str, patterns: list[str]) -> dict:
+    meta: dict = {}
+    for pattern in patterns:
+        m = path_pattern(pattern).match(doc_id)
+        if m:
+            meta.update({k: v for k, v in m.groupdict().items() if v is not None})
+    return meta
+
+
+def normalise_id_prefix(prefix: str) -> str:
+    """'' or a relative path ending in '/' ('zh' -> 'zh/'); ValueError for anything else."""
+    p = (prefix or "").strip().replace("\\", "/")
+    if not p:
+        return ""
+    parts = p.strip("/").split("/")
+    if p.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"id prefix {prefix!r}: a relative name such as 'zh/' (no '..', no leading '/')")
+    return "/".join(parts) + "/"

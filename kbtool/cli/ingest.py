@@ -68,7 +68,7 @@ def ingest(
 
         _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
     if id_prefix is not None:  # before a store is made
-        from ..contract import normalise_id_prefix
+        from ..document import normalise_id_prefix
         from ..errors import UsageError
 
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..chunk import ChunkParams, chunk
-from ..document import RESERVED_META, ParsedDocument, check_metadata_keys, fingerprint
+from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_metadata, path_pattern
 from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
@@ -171,41 +171,6 @@ def _validate(options: IngestOptions) -> None:
     MarkupRules.parse(options.markup_off)
     for pattern in options.meta_from_path:
         path_pattern(pattern)
-
-
-def path_pattern(pattern: str):
-    """``docs/{lang}/**`` -> a regex with a named group per ``{field}`` (``*`` within a folder,
-    ``**`` across folders)."""
-    import re
-
-    if not re.search(r"\{[A-Za-z_]\w*\}", pattern):
-        raise UsageError(f"meta_from_path {pattern!r}: name at least one field, e.g. 'docs/{{lang}}/**'")
-    out, names = "", set()
-    for token in re.split(r"(\{[A-Za-z_]\w*\}|\*\*/?|\*)", pattern):
-        if not token:
-            continue
-        if token.startswith("{"):
-            name = token[1:-1]
-            if name in names or name in RESERVED_META:
-                raise UsageError(f"meta_from_path {pattern!r}: field {name!r} is repeated or reserved")
-            names.add(name)
-            out += f"(?P<{name}>[^/]+)"
-        elif token.startswith("**"):
-            out += "(?:.*/)?" if token.endswith("/") else ".*"
-        elif token == "*":
-            out += "[^/]*"
-        else:
-            out += re.escape(token)
-    return re.compile(out + "$")
-
-
-def path_metadata(doc_id: str, patterns: list[str]) -> dict:
-    meta: dict = {}
-    for pattern in patterns:
-        m = path_pattern(pattern).match(doc_id)
-        if m:
-            meta.update({k: v for k, v in m.groupdict().items() if v is not None})
-    return meta
 
 
 def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestOptions | None = None, *,

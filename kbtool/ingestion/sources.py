@@ -82,7 +82,7 @@ def filled(options, recorded: dict | None, where: str, update: bool):
         given = getattr(options, k)
         old = recorded.get(k, DEFAULTS[k]) if recorded else DEFAULTS[k]
         if k == "id_prefix" and given is not None:  # 'zh' and 'zh/' are the same prefix
-            from ..contract import normalise_id_prefix
+            from ..document import normalise_id_prefix
 
             try:
                 given = normalise_id_prefix(given)
@@ -100,7 +100,7 @@ def filled(options, recorded: dict | None, where: str, update: bool):
         raise UsageError(f"{where}: {FLAGS[k]} {_show(given, k)} differs from what the store recorded for this "
                          f"source ({_show(old, k)}){more}: leave it out to keep the recorded value, or pass "
                          f"--update-sources to change the record (documents are re-parsed as needed)")
-    from ..contract import normalise_id_prefix
+    from ..document import normalise_id_prefix
 
     try:
         values["id_prefix"] = normalise_id_prefix(values["id_prefix"])
