@@ -42,13 +42,29 @@ def load_tokens(path: str | Path, contract) -> dict[str, Caller]:
     A principal the contract does not define is an error naming it, at startup."""
     import yaml
 
+    class Loader(yaml.SafeLoader):
+        """A token written twice is an error, not the last one silently winning (and its access)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, str) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a token is written twice (each token names one caller)", key_node.start_mark)
+                seen.add(key) if isinstance(key, str) else None
+            return super().construct_mapping(node, deep=deep)
+
     name = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))  # JSON is YAML too
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Loader)  # JSON is YAML too
     except OSError as exc:
         raise InputError(f"tokens file {name}: cannot read ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"tokens file {name}: not valid YAML or JSON ({exc})") from None
+    except yaml.YAMLError as exc:  # its problem and line only: the quoted snippet would show a token
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"tokens file {name}: not valid YAML or JSON{where} "
+                         f"({getattr(exc, 'problem', None) or type(exc).__name__})") from None
     if not isinstance(data, dict) or not data:
         raise InputError(f"tokens file {name}: write a mapping TOKEN: {{principal: NAME}} or TOKEN: {{allow: [TAG]}}")
     tokens: dict[str, Caller] = {}
@@ -56,6 +72,8 @@ def load_tokens(path: str | Path, contract) -> dict[str, Caller]:
         where = f"tokens file {name}, entry {i}"  # never echo a token
         if not isinstance(token, str) or len(token) < 8:
             raise InputError(f"{where}: a token must be a string of at least 8 characters")
+        if not all("!" <= ch <= "~" for ch in token):  # a header carries it: no space, no non-ASCII
+            raise InputError(f"{where}: a token is printable ASCII without spaces (a request could never send it)")
         if not isinstance(spec, dict) or set(spec) - {"principal", "allow", "name"}:
             raise InputError(f"{where}: write {{principal: NAME}} and/or {{allow: [TAG, ...]}} (and an optional name)")
         principal, allow = spec.get("principal"), spec.get("allow") or []
@@ -320,9 +338,17 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
 
     @app.get("/healthz")
     async def healthz(request: Request):
-        health = await work(service.health, limited=False)  # a probe answers while retrievals queue
-        if tokens and request.state.caller is None:  # no token: alive or not, nothing about the store
-            health = {"status": health["status"]}
+        caller = request.state.caller if tokens else default_caller
+        if caller is None:  # no token: alive or not, nothing about the store
+            return JSONResponse({"status": (await work(service.health, limited=False))["status"]})
+
+        def health():
+            try:  # the counts the caller may read, never the whole store's
+                return service.health(caller)
+            except AccessError:  # the contract requires a principal and none is given: alive or not
+                return {"status": service.health()["status"]}
+
+        health = await work(health, limited=False)  # a probe answers while retrievals queue
         return JSONResponse(health, status_code=200)
 
     @app.get("/metrics")

@@ -55,15 +55,7 @@ def _filter_keys(service, caller: Caller) -> list[str]:
 
 def _status(service, caller: Caller) -> dict:
     """``service.health()``, with the documents and chunks this caller may read."""
-    from ..query.pipeline import restricted_status
-
-    info = service.health()
-    with service.state() as (store, contract, _):
-        seen = restricted_status(store, contract, caller.principal, caller.allow or None)
-    info["documents"], info["chunks"] = seen["documents"], seen["chunks"]
-    if seen.get("access") is not None:
-        info["access"] = seen["access"]
-    return info
+    return service.health(caller)
 
 
 def _instructions(service, caller: Caller, keys: list[str]) -> str:

@@ -320,18 +320,25 @@ class Service:
     def uptime(self) -> float:
         return time.time() - self.started
 
-    def health(self) -> dict:
+    def health(self, caller: Caller | None = None) -> dict:
+        """The server's state. With a ``caller``, the documents and chunks that caller may read (and
+        its tags): a restricted caller never learns how many documents it may not read."""
+        from ..query.pipeline import restricted_status
         from ..store import manifest as mf
 
         with self.state() as (store, contract, _):
-            status = store.status()
+            if caller is None:
+                status = store.status()
+            else:
+                status = restricted_status(store, contract, caller.principal, caller.allow or None)
         return {"status": "ok" if status["indexes_current"] and not self.contract_error else "degraded",
                 "store": str(store.path), "documents": status["documents"], "chunks": status["chunks"],
                 "index": self.freshness(), "contract": {
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
                 "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),
-                "swaps": self.swaps, "kbtool_version": mf.__dict__.get("__version__") or _version()}
+                "swaps": self.swaps, "kbtool_version": mf.__dict__.get("__version__") or _version(),
+                **({"access": status["access"]} if status.get("access") is not None else {})}
 
 
 def _version() -> str:

@@ -1,0 +1,121 @@
+"""Review of `kbtool serve` (issue 19): defects found by an adversarial review, each pinned by a test.
+In process with FastAPI's TestClient over a real Service (real store, real bundled model)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import public_and_restricted_store, write
+
+PUBLIC = {
+    "guide.md": "# Guide\n\n## Ports\n\nThe server listens on port 8443 (setting net.port).\n",
+    "faq.md": "# FAQ\n\nReset a password from the account page.\n",
+}
+SECRET = {"payroll.md": "# Payroll\n\nThe grimbleflax payroll run happens on the 25th of each month.\n"}
+CONTRACT = "contract_version: 1\naccess:\n  principals:\n    support: [internal]\n    guest: []\n"
+SUPPORT, GUEST = "tok-support-0123456789", "tok-guest-0123456789"
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory, embedder):
+    base = tmp_path_factory.mktemp("rv19")
+    store = public_and_restricted_store(base, PUBLIC, SECRET, {"access": "internal", "project": "zeta"}, embedder)
+    store.close()
+    contract = write(base / "kbtool.yaml", CONTRACT)
+    return {"base": base, "kb": base / "kb", "contract": contract}
+
+
+@pytest.fixture(scope="module")
+def service(kb):
+    from kbtool.serve.service import Service
+
+    return Service(kb["kb"], kb["contract"])
+
+
+@pytest.fixture(scope="module")
+def app_client(service):
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.service import Caller
+
+    tokens = {SUPPORT: Caller(principal="support", name="support"), GUEST: Caller(principal="guest", name="guest")}
+    return TestClient(create_app(service, tokens), base_url="http://127.0.0.1")
+
+
+def _get(c, path, token, **kw):
+    return c.get(path, headers={"Authorization": f"Bearer {token}"}, **kw)
+
+
+def _post(c, path, token, body):
+    return c.post(path, headers={"Authorization": f"Bearer {token}"}, json=body)
+
+
+def test_healthz_counts_only_what_the_token_may_read(app_client, service):
+    """/healthz with a restricted token said the whole store's documents and chunks: a guest learnt
+    that documents it may not read exist (3 where it may read 2)."""
+    guest = _get(app_client, "/healthz", GUEST).json()
+    support = _get(app_client, "/healthz", SUPPORT).json()
+    assert support["documents"] == 3 and support["status"] == "ok"
+    assert guest["documents"] == 2 and guest["chunks"] == 2 and guest["status"] == "ok"
+    assert app_client.get("/healthz").json() == {"status": "ok"}  # no token: alive, nothing more
+
+
+def test_healthz_of_a_server_answering_as_one_principal(service):
+    """Without tokens, `kbtool serve --principal guest` answers every request as guest: /healthz too."""
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.service import Caller
+
+    c = TestClient(create_app(service, default_caller=Caller(principal="guest")), base_url="http://127.0.0.1")
+    assert c.get("/healthz").json()["documents"] == 2
+    c = TestClient(create_app(service), base_url="http://127.0.0.1")
+    assert c.get("/healthz").json()["documents"] == 3
+
+
+@pytest.mark.parametrize("text", [
+    "tok-abcdefgh12: {principal: guest}\ntok-abcdefgh12: {principal: support}\n",
+    '{"tok-abcdefgh12": {"principal": "guest"}, "tok-abcdefgh12": {"principal": "support"}}',
+])
+def test_a_token_written_twice_is_an_error_not_the_last_one_winning(kb, tmp_path, text):
+    """PyYAML keeps the last of two equal keys: a token pasted twice silently got the second entry's
+    (wider) access."""
+    from kbtool.contract import load_contract
+    from kbtool.errors import InputError
+    from kbtool.serve.http import load_tokens
+
+    f = write(tmp_path / "tokens.yaml", text)
+    with pytest.raises(InputError, match="written twice") as e:
+        load_tokens(f, load_contract(kb["contract"]))
+    assert "tok-abcdefgh12" not in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["tok-secret-0123456: {principal: guest\n", "tok-secret-0123456: [guest\n"])
+def test_a_broken_tokens_file_never_echoes_a_token(kb, tmp_path, text):
+    """The YAML error quoted the offending line — the token — into the error on stderr/logs."""
+    from kbtool.contract import load_contract
+    from kbtool.errors import InputError
+    from kbtool.serve.http import load_tokens
+
+    f = write(tmp_path / "tokens.yaml", text)
+    with pytest.raises(InputError, match="not valid YAML or JSON") as e:
+        load_tokens(f, load_contract(kb["contract"]))
+    assert "tok-secret" not in str(e.value) and "line" in str(e.value)
+
+
+@pytest.mark.parametrize("token", [" tok-abcdefgh12 ", "tok-abc defgh12", "tok-\u00e9bcdefgh12"])
+def test_a_token_no_request_can_send_is_refused(kb, tmp_path, token):
+    """A token with spaces around it or non-ASCII never matched any request (the header is stripped,
+    latin-1): the operator's client was locked out with no word why."""
+    from kbtool.contract import load_contract
+    from kbtool.errors import InputError
+    from kbtool.serve.http import load_tokens
+
+    f = write(tmp_path / "tokens.json", json.dumps({token: {"principal": "guest"}}))
+    with pytest.raises(InputError, match="printable ASCII"):
+        load_tokens(f, load_contract(kb["contract"]))
