@@ -119,3 +119,43 @@ def test_a_token_no_request_can_send_is_refused(kb, tmp_path, token):
     f = write(tmp_path / "tokens.json", json.dumps({token: {"principal": "guest"}}))
     with pytest.raises(InputError, match="printable ASCII"):
         load_tokens(f, load_contract(kb["contract"]))
+
+
+def _start(args: list[str], base: Path, ready: str):
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import ROOT
+
+    err = open(base / "stderr.txt", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", *args], stdout=subprocess.PIPE, stderr=err,
+                            cwd=base, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for _ in range(1200):
+        text = (base / "stderr.txt").read_text()
+        if ready in text:
+            return proc, text.split(ready)[1].split()[0]
+        assert proc.poll() is None, text
+        time.sleep(0.1)
+    raise AssertionError((base / "stderr.txt").read_text())
+
+
+def test_mcp_http_port_0_names_the_real_port_and_sigterm_exits_0(kb, tmp_path):
+    """`--mcp http --port 0` printed http://127.0.0.1:0/mcp (the README: "--port 0 takes a free port
+    and prints it"), printed it before listening, and SIGTERM ended the process with 143, not 0."""
+    import signal
+
+    import httpx
+
+    proc, url = _start(["--store", str(kb["kb"]), "--mcp", "http", "--port", "0", "--log-level", "warning"],
+                       tmp_path, "kbtool MCP server: ")
+    try:
+        assert ":0/" not in url and url.endswith("/mcp"), url
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        r = httpx.post(url, json=init, headers={"Accept": "application/json, text/event-stream"}, timeout=30)
+        assert r.status_code == 200 and "kbtool knowledge base" in r.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert proc.stdout.read() == b""

@@ -275,12 +275,14 @@ def transport_security(host: str):
 
 
 def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-        caller: Caller | None = None) -> None:
+        caller: Caller | None = None, log_level: str = "warning") -> None:
     """Serve until interrupted: ``stdio`` (an MCP client starts this process) or ``http``
-    (streamable HTTP at ``http://HOST:PORT/mcp``)."""
+    (streamable HTTP at ``http://HOST:PORT/mcp``; port 0: a free one, named in the ready line on
+    stderr; SIGTERM stops it gracefully)."""
     import anyio
 
     from ..errors import UsageError
+    from .http import listen, run_uvicorn
 
     if transport not in ("stdio", "http"):
         raise UsageError(f"MCP transport {transport!r}: use stdio or http")
@@ -288,10 +290,12 @@ def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 
     if transport == "stdio":
         anyio.run(server.run_stdio_async)
         return
-    print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{port}/mcp "
+    app = server.streamable_http_app(streamable_http_path="/mcp", transport_security=transport_security(host),
+                                     host=host)
+    sock, bound = listen(host, port)
+    print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp "
           f"(store {service.store.path})", file=sys.stderr, flush=True)
-    anyio.run(lambda: server.run_streamable_http_async(
-        host=host, port=port, streamable_http_path="/mcp", transport_security=transport_security(host)))
+    run_uvicorn(app, sock, log_level, lifespan="on")  # the session manager runs in the app's lifespan
 
 
 __all__ = ["build_server", "run", "answer_payload"]
