@@ -159,3 +159,47 @@ def test_mcp_http_port_0_names_the_real_port_and_sigterm_exits_0(kb, tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     assert proc.stdout.read() == b""
+
+
+@pytest.fixture()
+def small(tmp_path, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.serve.service import Service
+    from kbtool.store import Store
+
+    write(tmp_path / "docs" / "plan.md", "# Plan\n\nThe roadmap is public.\n")
+    write(tmp_path / "docs" / "notes.txt", "Meeting notes are public.\n")
+    write(tmp_path / "outside" / "plan.md", "# Outside\n\nzorblat outside the ingest root\n")
+    kb = Store.open(tmp_path / "kb", create=True)
+    assert not ingest(kb, [tmp_path / "docs"], embedder=embedder).failed
+    kb.close()
+    contract = write(tmp_path / "kbtool.yaml", CONTRACT)
+    return tmp_path, Service(tmp_path / "kb", contract)
+
+
+def test_a_file_edited_after_ingest_is_never_served_from_disk(small):
+    """/v1/documents read the file as it is now: a public document edited to hold secret text (and an
+    access tag restricting it) was served to a guest before any ingest decided its access."""
+    from kbtool.serve.service import Caller
+
+    base, service = small
+    write(base / "docs" / "plan.md", "---\naccess: internal\n---\n# Plan\n\nThe zorblat acquisition closes in May.\n")
+    span = service.document_span("plan.md", caller=Caller(principal="guest"))
+    assert "zorblat" not in span["text"] and "roadmap is public" in span["text"]
+    assert span["changed_since_ingest"] is True and span["source"] == "parsed"
+
+
+def test_nothing_outside_the_ingest_root_is_read_via_a_swapped_root_or_a_hard_link(small):
+    """The check resolved the path against the root as it resolves now: the root folder swapped for a
+    symlink to another folder, or a file replaced by a hard link, was read."""
+    base, service = small
+    (base / "docs").rename(base / "docs.orig")
+    (base / "docs").symlink_to(base / "outside", target_is_directory=True)
+    span = service.document_span("plan.md")
+    assert "zorblat" not in span["text"] and "roadmap is public" in span["text"]
+    (base / "docs").unlink()
+    (base / "docs.orig").rename(base / "docs")
+    (base / "docs" / "notes.txt").unlink()
+    os.link(base / "outside" / "plan.md", base / "docs" / "notes.txt")
+    span = service.document_span("notes.txt")
+    assert "zorblat" not in span["text"] and "Meeting notes are public" in span["text"]

@@ -277,7 +277,8 @@ class Service:
 
     def document_span(self, doc_id: str, lines: str | None = None, *, caller: Caller | None = None) -> dict:
         """The text of a document (a cited span ``a-b`` of its source lines), for a caller allowed to
-        read it. Read from the ingested file, inside its root; says when the file changed since."""
+        read it. Read from the ingested file, inside its root, when it holds what was ingested;
+        else (``changed_since_ingest``) the text as parsed at ingest."""
         from ..query.pipeline import visible_documents
 
         caller = caller or Caller()
@@ -296,9 +297,11 @@ class Service:
 
             data = path.read_bytes()
             changed = hashlib.sha256(data).hexdigest() != info["sha256"]
-            text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
-        if text is None:  # a PDF/DOCX/BEIR record, or a file gone: the parsed text
-            text, changed = info["text"], None
+            if not changed:  # the bytes ingest read, access decided on: never what a path holds since
+                text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")  # (an edit not vetted by
+                # ingest — new text, a new access tag —, a root or file swapped for a link, a hard link)
+        if text is None:  # a PDF/DOCX/BEIR record, a file gone or changed since ingest: the parsed text
+            text, changed = info["text"], changed or None
             source = "parsed"
         else:
             source = "file"
