@@ -203,3 +203,22 @@ def test_nothing_outside_the_ingest_root_is_read_via_a_swapped_root_or_a_hard_li
     os.link(base / "outside" / "plan.md", base / "docs" / "notes.txt")
     span = service.document_span("notes.txt")
     assert "zorblat" not in span["text"] and "Meeting notes are public" in span["text"]
+
+
+def test_an_answer_names_the_contract_that_answered_not_one_swapped_in_after(app_client, service, monkeypatch):
+    """The answer's `contract` was read after the retrieval: a contract edit swapped in between said
+    version 2 over thresholds of version 1."""
+
+    real, first = type(service).retrieve, service.contract
+
+    def retrieve_then_swap(self, *a, **kw):
+        got = real(self, *a, **kw)
+        monkeypatch.setattr(self, "contract", self.contract.model_copy(update={"contract_version": 99}))
+        return got
+
+    monkeypatch.setattr(type(service), "retrieve", retrieve_then_swap)
+    r = _post(app_client, "/v1/retrieve", SUPPORT, {"question": "which port"})
+    assert r.status_code == 200 and r.json()["contract"]["version"] == 1
+    monkeypatch.setattr(service, "contract", first)
+    r = _post(app_client, "/v1/retrieve/batch", SUPPORT, {"questions": [{"question": "which port"}]})
+    assert r.status_code == 200 and r.json()["answers"][0]["contract"]["version"] == 1

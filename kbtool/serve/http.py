@@ -241,10 +241,12 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
     def caller_of(request: Request) -> Caller:
         return getattr(request.state, "caller", None) or default_caller
 
-    def with_source(d: dict, context: bool) -> dict:
+    def with_source(answer, context: bool) -> dict:
+        d = answer.to_dict()
         if not context:
             d.pop("context", None)
-        d["contract"] = service.contract_source()
+        # the contract that answered, not the one in force now (an edit may have been swapped in since)
+        d["contract"] = answer.trace.get("contract_source") or service.contract_source()
         return d
 
     @app.middleware("http")
@@ -300,7 +302,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         caller = caller_of(request)
         answer = await work(lambda: service.retrieve(body.question, caller=caller, filters=body.filters,
                                                      tags=body.tags, top_k=body.top_k, mode=body.mode))
-        return JSONResponse({**with_source(answer.to_dict(), body.context), "index": service.freshness()})
+        return JSONResponse({**with_source(answer, body.context), "index": service.freshness()})
 
     @app.post("/v1/retrieve/batch")
     async def retrieve_batch(request: Request):
@@ -322,7 +324,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         answers = await work(run)
         out = []
         for q, a in zip(body.questions, answers):
-            out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a.to_dict(), body.context)})
+            out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a, body.context)})
         return JSONResponse({"answers": out, "index": service.freshness()})
 
     @app.get("/v1/documents/{doc_id:path}")

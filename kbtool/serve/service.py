@@ -256,6 +256,9 @@ class Service:
             c = contract_for_mode(contract, mode)
             got = retrieve(store, c, questions, filters=list(filters), principal=caller.principal,
                            allow=caller.allow or None, tags=list(tags), top_k=top_k, embedder=embedder)
+            source = self.contract_source(contract)
+        for a in ([got] if not isinstance(got, list) else got):
+            a.trace["contract_source"] = source  # which contract answered: a swap may follow at once
         self.metrics.observe("retrieve", time.perf_counter() - t0)
         for a in ([got] if not isinstance(got, list) else got):
             self.metrics.decided(a.decision)
