@@ -222,3 +222,11 @@ def test_an_answer_names_the_contract_that_answered_not_one_swapped_in_after(app
     monkeypatch.setattr(service, "contract", first)
     r = _post(app_client, "/v1/retrieve/batch", SUPPORT, {"questions": [{"question": "which port"}]})
     assert r.status_code == 200 and r.json()["answers"][0]["contract"]["version"] == 1
+
+
+def test_lines_past_the_end_are_an_error_not_the_last_line(app_client):
+    """lines=100-200 of a 6-line document answered lines [6, 6] (an empty line), as if that was asked."""
+    r = _get(app_client, "/v1/documents/guide.md", SUPPORT, params={"lines": "100-200"})
+    assert r.status_code == 400 and "has 6 lines" in r.json()["error"]["message"], r.text
+    r = _get(app_client, "/v1/documents/guide.md", SUPPORT, params={"lines": "5-200"})
+    assert r.status_code == 200 and r.json()["lines"] == [5, 6]

@@ -309,6 +309,8 @@ class Service:
         else:
             source = "file"
         all_lines = text.split("\n")
+        if first is not None and first > len(all_lines):  # not the last line instead, as if asked for
+            raise UsageError(f"lines {lines!r}: {doc_id} has {len(all_lines)} lines")
         last = min(last or len(all_lines), len(all_lines))
         first = max(1, min(first or 1, last))
         return {"doc_id": doc_id, "lines": [first, last], "total_lines": len(all_lines), "source": source,
