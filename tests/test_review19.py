@@ -230,3 +230,31 @@ def test_lines_past_the_end_are_an_error_not_the_last_line(app_client):
     assert r.status_code == 400 and "has 6 lines" in r.json()["error"]["message"], r.text
     r = _get(app_client, "/v1/documents/guide.md", SUPPORT, params={"lines": "5-200"})
     assert r.status_code == 200 and r.json()["lines"] == [5, 6]
+
+
+def test_the_watch_survives_an_error_in_one_poll(small, monkeypatch, caplog):
+    """One exception in a poll (a file gone between is_file and stat, a manifest mid-write) ended the
+    watch thread for good, silently: later edits were never ingested and nothing said so."""
+    import time
+
+    import kbtool.serve.watch as watch
+
+    base, service = small
+    real, calls = watch.snapshot, []
+
+    def flaky(roots):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FileNotFoundError("docs/gone.md")
+        return real(roots)
+
+    monkeypatch.setattr(watch, "snapshot", flaky)
+    w = watch.Watcher(service, interval=0.05, debounce=0.1).start()
+    try:
+        end = time.monotonic() + 5
+        while len(calls) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert w._thread.is_alive() and len(calls) >= 3
+        assert "watch: FileNotFoundError" in caplog.text and service.watch_error is None  # said, then cleared
+    finally:
+        w.stop()
