@@ -258,3 +258,28 @@ def test_the_watch_survives_an_error_in_one_poll(small, monkeypatch, caplog):
         assert "watch: FileNotFoundError" in caplog.text and service.watch_error is None  # said, then cleared
     finally:
         w.stop()
+
+
+def test_the_contract_shows_a_restricted_token_no_other_principal_nor_restricted_source(tmp_path, embedder):
+    """/v1/contract (and kbtool://contract) showed every token the whole contract: a guest learnt the
+    other principals' tags and the folder of the restricted documents with its access metadata."""
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.service import Caller, Service
+
+    kb = public_and_restricted_store(tmp_path, PUBLIC, SECRET, {"access": "internal"}, embedder, folder="hr-payroll")
+    kb.close()
+    contract = write(tmp_path / "kbtool.yaml", CONTRACT + "data:\n  sources:\n    - root: public\n"
+                     "    - root: hr-payroll\n      meta: {access: internal}\n")
+    service = Service(tmp_path / "kb", contract)
+    tokens = {SUPPORT: Caller(principal="support"), GUEST: Caller(principal="guest")}
+    c = TestClient(create_app(service, tokens), base_url="http://127.0.0.1")
+    guest = _get(c, "/v1/contract", GUEST).json()["contract"]
+    assert "hr-payroll" not in json.dumps(guest) and "support" not in guest["access"]["principals"]
+    assert [s["root"] for s in guest["data"]["sources"]] == ["public"]
+    support = _get(c, "/v1/contract", SUPPORT).json()["contract"]
+    assert [s["root"] for s in support["data"]["sources"]] == ["public", "hr-payroll"]
+    assert support["access"]["principals"] == {"support": ["internal"]}
+    unrestricted = TestClient(create_app(service), base_url="http://127.0.0.1").get("/v1/contract").json()["contract"]
+    assert set(unrestricted["access"]["principals"]) == {"support", "guest"}

@@ -333,10 +333,10 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         return JSONResponse(await work(lambda: service.document_span(doc_id, lines, caller=caller)))
 
     @app.get("/v1/contract")
-    async def contract():
+    async def contract(request: Request):
         c = service.contract
         return JSONResponse({**service.contract_source(c), "overrides": service.overrides,
-                             "error": service.contract_error, "contract": c.to_dict()})
+                             "error": service.contract_error, "contract": service.contract_view(caller_of(request), c)})
 
     @app.get("/healthz")
     async def healthz(request: Request):

@@ -238,10 +238,10 @@ def build_server(service, caller: Caller | None = None):
                      description="The contract the server answers with (YAML), overrides applied.",
                      mime_type="application/yaml")
     def contract_resource() -> str:
-        from ..contract import dump_yaml
+        import yaml
 
         with service.state() as (_, c, _e):
-            return dump_yaml(c, comments=False)
+            return yaml.safe_dump(service.contract_view(caller, c), sort_keys=False, allow_unicode=True, width=100)
 
     @server.resource("kbtool://status", name="status", title="Store status and freshness",
                      description="Documents, chunks, embedding model, index freshness (generation, "

@@ -325,6 +325,22 @@ class Service:
         return {"path": None if self.contract_path is None else str(self.contract_path),
                 "version": c.contract_version, "calibrated": str(date)[:10] if date else None}
 
+    def contract_view(self, caller: Caller | None = None, contract=None) -> dict:
+        """The contract in force as ``caller`` may see it: for a restricted caller, only its own
+        principal under ``access.principals`` and only the ``data.sources`` whose metadata it may
+        read — the others' folders and tags say which restricted documents exist."""
+        from ..query.pipeline import _visibility, access_tags
+
+        c = contract or self.contract
+        out = c.to_dict()
+        caller = caller or Caller()
+        tags = access_tags(c, caller.principal, caller.allow or None)
+        if tags is not None:
+            visible = _visibility(c, tags)
+            out["access"]["principals"] = {p: t for p, t in out["access"]["principals"].items() if p == caller.principal}
+            out["data"]["sources"] = [src for src in out["data"]["sources"] if visible(src.get("meta") or {})]
+        return out
+
     def uptime(self) -> float:
         return time.time() - self.started
 
