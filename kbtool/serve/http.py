@@ -246,7 +246,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         if not context:
             d.pop("context", None)
         # the contract that answered, not the one in force now (an edit may have been swapped in since)
-        d["contract"] = answer.trace.get("contract_source") or service.contract_source()
+        d["contract"] = (getattr(answer, "trace", None) or {}).get("contract_source") or service.contract_source()
         return d
 
     @app.middleware("http")
