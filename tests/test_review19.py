@@ -283,3 +283,20 @@ def test_the_contract_shows_a_restricted_token_no_other_principal_nor_restricted
     assert support["access"]["principals"] == {"support": ["internal"]}
     unrestricted = TestClient(create_app(service), base_url="http://127.0.0.1").get("/v1/contract").json()["contract"]
     assert set(unrestricted["access"]["principals"]) == {"support", "guest"}
+
+
+def test_a_restricted_token_is_not_told_when_the_whole_store_was_last_ingested(app_client, service):
+    """restricted_status hides last_ingest from a restricted caller (it describes every document),
+    but every answer's `index` and /healthz gave it: a guest saw when restricted documents came in."""
+    for token, shown in ((GUEST, False), (SUPPORT, False)):
+        r = _post(app_client, "/v1/retrieve", token, {"question": "which port"})
+        assert (r.json()["index"]["last_ingest"] is not None) is shown
+        assert (_get(app_client, "/healthz", token).json()["index"]["last_ingest"] is not None) is shown
+    r = _post(app_client, "/v1/retrieve/batch", GUEST, {"questions": [{"question": "which port"}]})
+    assert r.json()["index"]["last_ingest"] is None
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+
+    open_app = TestClient(create_app(service), base_url="http://127.0.0.1")  # unrestricted: said
+    assert open_app.post("/v1/retrieve", json={"question": "which port"}).json()["index"]["last_ingest"]

@@ -214,7 +214,7 @@ class Stub:
 
         return A()
 
-    def freshness(self):
+    def freshness(self, caller=None):
         return {"generation": 1}
 
     def contract_source(self, c=None):

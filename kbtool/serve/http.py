@@ -302,7 +302,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         caller = caller_of(request)
         answer = await work(lambda: service.retrieve(body.question, caller=caller, filters=body.filters,
                                                      tags=body.tags, top_k=body.top_k, mode=body.mode))
-        return JSONResponse({**with_source(answer, body.context), "index": service.freshness()})
+        return JSONResponse({**with_source(answer, body.context), "index": service.freshness(caller)})
 
     @app.post("/v1/retrieve/batch")
     async def retrieve_batch(request: Request):
@@ -325,7 +325,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         out = []
         for q, a in zip(body.questions, answers):
             out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a, body.context)})
-        return JSONResponse({"answers": out, "index": service.freshness()})
+        return JSONResponse({"answers": out, "index": service.freshness(caller)})
 
     @app.get("/v1/documents/{doc_id:path}")
     async def document(request: Request, doc_id: str, lines: str | None = None):

@@ -184,7 +184,7 @@ def build_server(service, caller: Caller | None = None):
         try:
             answer = service.retrieve(args["question"], caller=caller, filters=args.get("filters") or [],
                                       tags=args.get("tags") or [], top_k=args.get("top_k"))
-            payload = answer_payload(answer, service.freshness())
+            payload = answer_payload(answer, service.freshness(caller))
         except KbtoolError as exc:
             return error(exc)
         return CallToolResult(content=[TextContent(type="text", text=answer_text(payload))],

@@ -266,12 +266,14 @@ class Service:
                 self.metrics.observe(stage.removesuffix("_ms"), ms / 1000)
         return got
 
-    def freshness(self) -> dict:
+    def freshness(self, caller: Caller | None = None) -> dict:
         """How current the answers are: the catalog generation the indexes hold, whether they hold
-        the newest one, when the store was last ingested."""
+        the newest one, when the store was last ingested (None for a restricted ``caller``: it
+        describes the whole store, as ``restricted_status`` has it)."""
         s = self.store
+        restricted = caller is not None and bool(caller.principal or caller.allow or self.contract.access.require_principal)
         out = {"generation": s.generation(), "indexes_current": s.is_indexed(),
-               "last_ingest": s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
+               "last_ingest": None if restricted else s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
         if self.sources_changed:  # --watch saw files change that are not in the index yet
             out["sources_changed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sources_changed))
         if self.watch_error:
@@ -357,7 +359,7 @@ class Service:
                 status = restricted_status(store, contract, caller.principal, caller.allow or None)
         return {"status": "ok" if status["indexes_current"] and not self.contract_error else "degraded",
                 "store": str(store.path), "documents": status["documents"], "chunks": status["chunks"],
-                "index": self.freshness(), "contract": {
+                "index": self.freshness(caller), "contract": {
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
                 "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),
