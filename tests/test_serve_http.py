@@ -214,7 +214,7 @@ class Stub:
 
         return A()
 
-    def freshness(self):
+    def freshness(self, caller=None):
         return {"generation": 1}
 
     def contract_source(self, c=None):
@@ -274,7 +274,7 @@ def test_mcp_stdio_hands_the_warm_service_over_and_keeps_stdout_clean(served, mo
 
     calls = []
     stub = types.ModuleType("kbtool.serve.mcp")
-    stub.run = lambda service, transport="stdio", host="127.0.0.1", port=8765, caller=None: calls.append(
+    stub.run = lambda service, transport="stdio", host="127.0.0.1", port=8765, caller=None, **_: calls.append(
         (type(service).__name__, transport, caller.principal, service.health()["documents"]))
     monkeypatch.setitem(sys.modules, "kbtool.serve.mcp", stub)
     monkeypatch.setattr(kbtool.serve, "mcp", stub, raising=False)

@@ -75,7 +75,7 @@ def serve(
         watcher.start()
     try:
         if mcp_server is not None:
-            mcp_server.run(service, mcp, host=host, port=port, caller=caller)
+            mcp_server.run(service, mcp, host=host, port=port, caller=caller, log_level=log_level.lower())
             return
         _serve_http(service, token_map, caller, host, port, max_concurrency, timeout, log_level.lower())
     finally:
@@ -86,51 +86,14 @@ def serve(
 def _serve_http(service, tokens, caller, host, port, max_concurrency, timeout, log_level) -> None:
     """uvicorn on a socket bound here (port 0: the system's pick, said in the ready line). Ctrl-C and
     SIGTERM stop it gracefully, and the command exits 0."""
-    import socket
-
-    import uvicorn
-
-    from ..serve.http import create_app
+    from ..serve.http import create_app, listen, run_uvicorn
     from ._common import err
 
     app = create_app(service, tokens, default_caller=caller, max_concurrency=max_concurrency, timeout=timeout, host=host)
-    try:
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(info[0], socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(info[4])
-    except OSError as exc:
-        from ..errors import UsageError
-
-        raise UsageError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
-    sock.listen(128)
-    bound = sock.getsockname()[1]
-
-    class Server(uvicorn.Server):
-        def capture_signals(self):  # uvicorn re-raises the signal after shutting down: exit 0 instead
-            import contextlib
-            import signal
-
-            @contextlib.contextmanager
-            def quietly():
-                old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
-                try:
-                    yield
-                finally:
-                    for s, h in old.items():
-                        signal.signal(s, h)
-
-            return quietly()
-
-    import copy
-
-    logs = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    logs["handlers"]["access"]["stream"] = "ext://sys.stderr"  # stdout is for data: every log line on stderr
-    config = uvicorn.Config(app, log_level=log_level, log_config=logs, access_log=log_level in ("info", "debug"),
-                            lifespan="off", timeout_graceful_shutdown=5)
-    status = service.health()
+    sock, bound = listen(host, port)
+    status = service.health()  # for the operator: the whole store
     shown = f"[{host}]" if ":" in host else host
     src = service.contract_source()
     err.print(f"kbtool serve: http://{shown}:{bound} (store {status['store']}, {status['documents']} documents, "
               f"contract {src['path'] or 'built-in'} version {src['version']})", highlight=False, markup=False)
-    Server(config).run(sockets=[sock])
+    run_uvicorn(app, sock, log_level)

@@ -42,13 +42,29 @@ def load_tokens(path: str | Path, contract) -> dict[str, Caller]:
     A principal the contract does not define is an error naming it, at startup."""
     import yaml
 
+    class Loader(yaml.SafeLoader):
+        """A token written twice is an error, not the last one silently winning (and its access)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, str) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a token is written twice (each token names one caller)", key_node.start_mark)
+                seen.add(key) if isinstance(key, str) else None
+            return super().construct_mapping(node, deep=deep)
+
     name = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))  # JSON is YAML too
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Loader)  # JSON is YAML too
     except OSError as exc:
         raise InputError(f"tokens file {name}: cannot read ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"tokens file {name}: not valid YAML or JSON ({exc})") from None
+    except yaml.YAMLError as exc:  # its problem and line only: the quoted snippet would show a token
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"tokens file {name}: not valid YAML or JSON{where} "
+                         f"({getattr(exc, 'problem', None) or type(exc).__name__})") from None
     if not isinstance(data, dict) or not data:
         raise InputError(f"tokens file {name}: write a mapping TOKEN: {{principal: NAME}} or TOKEN: {{allow: [TAG]}}")
     tokens: dict[str, Caller] = {}
@@ -56,6 +72,8 @@ def load_tokens(path: str | Path, contract) -> dict[str, Caller]:
         where = f"tokens file {name}, entry {i}"  # never echo a token
         if not isinstance(token, str) or len(token) < 8:
             raise InputError(f"{where}: a token must be a string of at least 8 characters")
+        if not all("!" <= ch <= "~" for ch in token):  # a header carries it: no space, no non-ASCII
+            raise InputError(f"{where}: a token is printable ASCII without spaces (a request could never send it)")
         if not isinstance(spec, dict) or set(spec) - {"principal", "allow", "name"}:
             raise InputError(f"{where}: write {{principal: NAME}} and/or {{allow: [TAG, ...]}} (and an optional name)")
         principal, allow = spec.get("principal"), spec.get("allow") or []
@@ -223,10 +241,12 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
     def caller_of(request: Request) -> Caller:
         return getattr(request.state, "caller", None) or default_caller
 
-    def with_source(d: dict, context: bool) -> dict:
+    def with_source(answer, context: bool) -> dict:
+        d = answer.to_dict()
         if not context:
             d.pop("context", None)
-        d["contract"] = service.contract_source()
+        # the contract that answered, not the one in force now (an edit may have been swapped in since)
+        d["contract"] = (getattr(answer, "trace", None) or {}).get("contract_source") or service.contract_source()
         return d
 
     @app.middleware("http")
@@ -282,7 +302,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         caller = caller_of(request)
         answer = await work(lambda: service.retrieve(body.question, caller=caller, filters=body.filters,
                                                      tags=body.tags, top_k=body.top_k, mode=body.mode))
-        return JSONResponse({**with_source(answer.to_dict(), body.context), "index": service.freshness()})
+        return JSONResponse({**with_source(answer, body.context), "index": service.freshness(caller)})
 
     @app.post("/v1/retrieve/batch")
     async def retrieve_batch(request: Request):
@@ -304,8 +324,8 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         answers = await work(run)
         out = []
         for q, a in zip(body.questions, answers):
-            out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a.to_dict(), body.context)})
-        return JSONResponse({"answers": out, "index": service.freshness()})
+            out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a, body.context)})
+        return JSONResponse({"answers": out, "index": service.freshness(caller)})
 
     @app.get("/v1/documents/{doc_id:path}")
     async def document(request: Request, doc_id: str, lines: str | None = None):
@@ -313,16 +333,24 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         return JSONResponse(await work(lambda: service.document_span(doc_id, lines, caller=caller)))
 
     @app.get("/v1/contract")
-    async def contract():
+    async def contract(request: Request):
         c = service.contract
         return JSONResponse({**service.contract_source(c), "overrides": service.overrides,
-                             "error": service.contract_error, "contract": c.to_dict()})
+                             "error": service.contract_error, "contract": service.contract_view(caller_of(request), c)})
 
     @app.get("/healthz")
     async def healthz(request: Request):
-        health = await work(service.health, limited=False)  # a probe answers while retrievals queue
-        if tokens and request.state.caller is None:  # no token: alive or not, nothing about the store
-            health = {"status": health["status"]}
+        caller = request.state.caller if tokens else default_caller
+        if caller is None:  # no token: alive or not, nothing about the store
+            return JSONResponse({"status": (await work(service.health, limited=False))["status"]})
+
+        def health():
+            try:  # the counts the caller may read, never the whole store's
+                return service.health(caller)
+            except AccessError:  # the contract requires a principal and none is given: alive or not
+                return {"status": service.health()["status"]}
+
+        health = await work(health, limited=False)  # a probe answers while retrievals queue
         return JSONResponse(health, status_code=200)
 
     @app.get("/metrics")
@@ -338,3 +366,50 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
+
+
+def listen(host: str, port: int):
+    """A listening socket on ``host``:``port`` (0: the system's pick) and the port it got: bound here,
+    before the ready line, so the line names the real port and a client may connect at once."""
+    import socket
+
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+    except OSError as exc:
+        from ..errors import UsageError
+
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+    sock.listen(128)
+    return sock, sock.getsockname()[1]
+
+
+def run_uvicorn(app, sock, log_level: str = "info", *, lifespan: str = "off") -> None:
+    """uvicorn on ``sock`` until Ctrl-C or SIGTERM, which stop it gracefully: the process then exits 0
+    (uvicorn re-raises the signal after shutting down). Every log line goes to stderr."""
+    import contextlib
+    import copy
+    import signal
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def capture_signals(self):
+            @contextlib.contextmanager
+            def quietly():
+                old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+                try:
+                    yield
+                finally:
+                    for s, h in old.items():
+                        signal.signal(s, h)
+
+            return quietly()
+
+    logs = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    logs["handlers"]["access"]["stream"] = "ext://sys.stderr"  # stdout is for data: every log line on stderr
+    config = uvicorn.Config(app, log_level=log_level, log_config=logs, access_log=log_level in ("info", "debug"),
+                            lifespan=lifespan, timeout_graceful_shutdown=5)
+    Server(config).run(sockets=[sock])

@@ -55,15 +55,7 @@ def _filter_keys(service, caller: Caller) -> list[str]:
 
 def _status(service, caller: Caller) -> dict:
     """``service.health()``, with the documents and chunks this caller may read."""
-    from ..query.pipeline import restricted_status
-
-    info = service.health()
-    with service.state() as (store, contract, _):
-        seen = restricted_status(store, contract, caller.principal, caller.allow or None)
-    info["documents"], info["chunks"] = seen["documents"], seen["chunks"]
-    if seen.get("access") is not None:
-        info["access"] = seen["access"]
-    return info
+    return service.health(caller)
 
 
 def _instructions(service, caller: Caller, keys: list[str]) -> str:
@@ -192,7 +184,7 @@ def build_server(service, caller: Caller | None = None):
         try:
             answer = service.retrieve(args["question"], caller=caller, filters=args.get("filters") or [],
                                       tags=args.get("tags") or [], top_k=args.get("top_k"))
-            payload = answer_payload(answer, service.freshness())
+            payload = answer_payload(answer, service.freshness(caller))
         except KbtoolError as exc:
             return error(exc)
         return CallToolResult(content=[TextContent(type="text", text=answer_text(payload))],
@@ -246,10 +238,10 @@ def build_server(service, caller: Caller | None = None):
                      description="The contract the server answers with (YAML), overrides applied.",
                      mime_type="application/yaml")
     def contract_resource() -> str:
-        from ..contract import dump_yaml
+        import yaml
 
         with service.state() as (_, c, _e):
-            return dump_yaml(c, comments=False)
+            return yaml.safe_dump(service.contract_view(caller, c), sort_keys=False, allow_unicode=True, width=100)
 
     @server.resource("kbtool://status", name="status", title="Store status and freshness",
                      description="Documents, chunks, embedding model, index freshness (generation, "
@@ -283,12 +275,14 @@ def transport_security(host: str):
 
 
 def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-        caller: Caller | None = None) -> None:
+        caller: Caller | None = None, log_level: str = "warning") -> None:
     """Serve until interrupted: ``stdio`` (an MCP client starts this process) or ``http``
-    (streamable HTTP at ``http://HOST:PORT/mcp``)."""
+    (streamable HTTP at ``http://HOST:PORT/mcp``; port 0: a free one, named in the ready line on
+    stderr; SIGTERM stops it gracefully)."""
     import anyio
 
     from ..errors import UsageError
+    from .http import listen, run_uvicorn
 
     if transport not in ("stdio", "http"):
         raise UsageError(f"MCP transport {transport!r}: use stdio or http")
@@ -296,10 +290,12 @@ def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 
     if transport == "stdio":
         anyio.run(server.run_stdio_async)
         return
-    print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{port}/mcp "
+    app = server.streamable_http_app(streamable_http_path="/mcp", transport_security=transport_security(host),
+                                     host=host)
+    sock, bound = listen(host, port)
+    print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp "
           f"(store {service.store.path})", file=sys.stderr, flush=True)
-    anyio.run(lambda: server.run_streamable_http_async(
-        host=host, port=port, streamable_http_path="/mcp", transport_security=transport_security(host)))
+    run_uvicorn(app, sock, log_level, lifespan="on")  # the session manager runs in the app's lifespan
 
 
 __all__ = ["build_server", "run", "answer_payload"]

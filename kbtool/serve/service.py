@@ -256,6 +256,9 @@ class Service:
             c = contract_for_mode(contract, mode)
             got = retrieve(store, c, questions, filters=list(filters), principal=caller.principal,
                            allow=caller.allow or None, tags=list(tags), top_k=top_k, embedder=embedder)
+            source = self.contract_source(contract)
+        for a in ([got] if not isinstance(got, list) else got):
+            a.trace["contract_source"] = source  # which contract answered: a swap may follow at once
         self.metrics.observe("retrieve", time.perf_counter() - t0)
         for a in ([got] if not isinstance(got, list) else got):
             self.metrics.decided(a.decision)
@@ -263,12 +266,14 @@ class Service:
                 self.metrics.observe(stage.removesuffix("_ms"), ms / 1000)
         return got
 
-    def freshness(self) -> dict:
+    def freshness(self, caller: Caller | None = None) -> dict:
         """How current the answers are: the catalog generation the indexes hold, whether they hold
-        the newest one, when the store was last ingested."""
+        the newest one, when the store was last ingested (None for a restricted ``caller``: it
+        describes the whole store, as ``restricted_status`` has it)."""
         s = self.store
+        restricted = caller is not None and bool(caller.principal or caller.allow or self.contract.access.require_principal)
         out = {"generation": s.generation(), "indexes_current": s.is_indexed(),
-               "last_ingest": s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
+               "last_ingest": None if restricted else s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
         if self.sources_changed:  # --watch saw files change that are not in the index yet
             out["sources_changed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sources_changed))
         if self.watch_error:
@@ -277,7 +282,8 @@ class Service:
 
     def document_span(self, doc_id: str, lines: str | None = None, *, caller: Caller | None = None) -> dict:
         """The text of a document (a cited span ``a-b`` of its source lines), for a caller allowed to
-        read it. Read from the ingested file, inside its root; says when the file changed since."""
+        read it. Read from the ingested file, inside its root, when it holds what was ingested;
+        else (``changed_since_ingest``) the text as parsed at ingest."""
         from ..query.pipeline import visible_documents
 
         caller = caller or Caller()
@@ -296,13 +302,17 @@ class Service:
 
             data = path.read_bytes()
             changed = hashlib.sha256(data).hexdigest() != info["sha256"]
-            text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
-        if text is None:  # a PDF/DOCX/BEIR record, or a file gone: the parsed text
-            text, changed = info["text"], None
+            if not changed:  # the bytes ingest read, access decided on: never what a path holds since
+                text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")  # (an edit not vetted by
+                # ingest — new text, a new access tag —, a root or file swapped for a link, a hard link)
+        if text is None:  # a PDF/DOCX/BEIR record, a file gone or changed since ingest: the parsed text
+            text, changed = info["text"], changed or None
             source = "parsed"
         else:
             source = "file"
         all_lines = text.split("\n")
+        if first is not None and first > len(all_lines):  # not the last line instead, as if asked for
+            raise UsageError(f"lines {lines!r}: {doc_id} has {len(all_lines)} lines")
         last = min(last or len(all_lines), len(all_lines))
         first = max(1, min(first or 1, last))
         return {"doc_id": doc_id, "lines": [first, last], "total_lines": len(all_lines), "source": source,
@@ -317,21 +327,44 @@ class Service:
         return {"path": None if self.contract_path is None else str(self.contract_path),
                 "version": c.contract_version, "calibrated": str(date)[:10] if date else None}
 
+    def contract_view(self, caller: Caller | None = None, contract=None) -> dict:
+        """The contract in force as ``caller`` may see it: for a restricted caller, only its own
+        principal under ``access.principals`` and only the ``data.sources`` whose metadata it may
+        read — the others' folders and tags say which restricted documents exist."""
+        from ..query.pipeline import _visibility, access_tags
+
+        c = contract or self.contract
+        out = c.to_dict()
+        caller = caller or Caller()
+        tags = access_tags(c, caller.principal, caller.allow or None)
+        if tags is not None:
+            visible = _visibility(c, tags)
+            out["access"]["principals"] = {p: t for p, t in out["access"]["principals"].items() if p == caller.principal}
+            out["data"]["sources"] = [src for src in out["data"]["sources"] if visible(src.get("meta") or {})]
+        return out
+
     def uptime(self) -> float:
         return time.time() - self.started
 
-    def health(self) -> dict:
+    def health(self, caller: Caller | None = None) -> dict:
+        """The server's state. With a ``caller``, the documents and chunks that caller may read (and
+        its tags): a restricted caller never learns how many documents it may not read."""
+        from ..query.pipeline import restricted_status
         from ..store import manifest as mf
 
         with self.state() as (store, contract, _):
-            status = store.status()
+            if caller is None:
+                status = store.status()
+            else:
+                status = restricted_status(store, contract, caller.principal, caller.allow or None)
         return {"status": "ok" if status["indexes_current"] and not self.contract_error else "degraded",
                 "store": str(store.path), "documents": status["documents"], "chunks": status["chunks"],
-                "index": self.freshness(), "contract": {
+                "index": self.freshness(caller), "contract": {
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
                 "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),
-                "swaps": self.swaps, "kbtool_version": mf.__dict__.get("__version__") or _version()}
+                "swaps": self.swaps, "kbtool_version": mf.__dict__.get("__version__") or _version(),
+                **({"access": status["access"]} if status.get("access") is not None else {})}
 
 
 def _version() -> str:

@@ -85,18 +85,29 @@ class Watcher:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        seen = self._seen
-        changed_at = None
+        self._state, poll_error = (self._seen, None), None
         while not self._stop.wait(self.interval):
-            now = snapshot(self.roots())
-            if now != seen:
-                seen, changed_at = now, time.monotonic()
-                self.service.sources_changed = self.service.sources_changed or time.time()
-                continue  # still changing: wait for quiet
-            if changed_at is not None and time.monotonic() - changed_at >= self.debounce:
-                changed_at = None
-                self._ingest()
-                seen = snapshot(self.roots())
+            try:
+                self._step()
+            except Exception as exc:  # a file gone mid-walk, a manifest being written, ...: the watch goes on
+                log.error("watch: %s: %s", type(exc).__name__, exc)
+                self.last_error = self.service.watch_error = poll_error = f"{type(exc).__name__}: {exc}"
+            else:
+                if poll_error is not None and self.service.watch_error == poll_error:  # it passed
+                    self.last_error = self.service.watch_error = None
+                poll_error = None
+
+    def _step(self) -> None:
+        seen, changed_at = self._state
+        now = snapshot(self.roots())
+        if now != seen:
+            self._state = (now, time.monotonic())
+            self.service.sources_changed = self.service.sources_changed or time.time()
+            return  # still changing: wait for quiet
+        if changed_at is not None and time.monotonic() - changed_at >= self.debounce:
+            self._state = (seen, None)
+            self._ingest()
+            self._state = (snapshot(self.roots()), None)
 
     def _ingest(self) -> None:
         started = time.time()
