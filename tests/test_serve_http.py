@@ -174,6 +174,8 @@ def test_health_contract_and_metrics(served):
         assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
         assert 'kbtool_requests_total{endpoint="/v1/retrieve",status="200"}' in m.text
         assert 'kbtool_decisions_total{decision=' in m.text and "kbtool_stage_seconds_bucket" in m.text
+    with client(served, token=None) as c:  # the operator's counts: a token is needed as for /v1
+        assert c.get("/metrics").status_code == 401
 
 
 def test_host_and_origin_checks(served):

@@ -6,7 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import ContractOpt, SetOpt, StoreOpt, handle_errors, load_contract_opt
+from ._common import ContractOpt, SetOpt, StoreOpt, err, handle_errors, load_contract_opt
 
 
 @app.command()
@@ -44,6 +44,11 @@ def serve(
     if tokens is not None and mcp is not None:
         raise UsageError("--tokens is for the HTTP API: the MCP server answers as one caller, --principal NAME or "
                          "--allow TAG")
+    if host not in ("127.0.0.1", "localhost", "::1") and (mcp == "http" or (mcp is None and tokens is None)):
+        # Serving the network with nobody asked who they are: said, not refused (a container's 0.0.0.0)
+        err.print(f"warning: kbtool serve on {host} answers anyone who can reach it"
+                  + (" (the MCP server has no authentication: put it behind a proxy that has)" if mcp
+                     else ": give it --tokens FILE"), highlight=False, markup=False)
     # Logs go to stderr: with --mcp stdio, stdout carries the protocol and nothing else.
     logging.basicConfig(stream=sys.stderr, level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # The tokens and the default caller are checked against the contract before the model loads:

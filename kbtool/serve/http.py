@@ -282,7 +282,8 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
                     if hmac.compare_digest(known.encode(), token.strip().encode()):
                         match = caller
             request.state.caller = match
-            if match is None and request.url.path.startswith("/v1/"):
+            # /metrics too: request and decision counts and the store's generation are the operator's
+            if match is None and (request.url.path.startswith("/v1/") or request.url.path == "/metrics"):
                 raise HttpError(401, "unauthorized", "this server needs Authorization: Bearer TOKEN"
                                 if not got else "the bearer token is not valid",
                                 headers={"WWW-Authenticate": "Bearer"})
