@@ -141,3 +141,66 @@ def test_watch_reingests_an_edited_file(tmp_path, embedder):
         assert watcher.ingests == 1 and watcher.last_error is None
     finally:
         watcher.stop()
+
+
+def test_through_http_an_ingest_elsewhere_and_a_watched_edit_reach_the_answers(tmp_path, embedder):
+    """The real server (`kbtool serve --watch --port 0`) and a real HTTP client: while 3 threads keep
+    asking, another process ingests (a page added, one deleted) — no request fails, the deleted page
+    never comes back, the new one is found; then a file edited in the folder reaches the answers by
+    --watch alone, and `index.sources_changed_at` says so until it has."""
+    import signal
+
+    import httpx
+
+    kb = _store(tmp_path, embedder)
+    log = open(tmp_path / "serve.err", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", "--store", str(kb), "--port", "0", "--watch",
+                             "--log-level", "warning"], stdout=subprocess.PIPE, stderr=log, cwd=tmp_path, env=_env())
+    try:
+        url = _until(lambda: (lambda t: t.split("kbtool serve: ")[1].split()[0] if "kbtool serve: http" in t else None)(
+            (tmp_path / "serve.err").read_text()), timeout=120)
+        assert url, (tmp_path / "serve.err").read_text()
+        ask = lambda c, q, mode="contract": c.post("/v1/retrieve", json={"question": q, "mode": mode, "top_k": 3})  # noqa: E731
+        errors, seen_after, done, ingested = [], [], threading.Event(), threading.Event()
+
+        def loop():
+            with httpx.Client(base_url=url, timeout=60) as c:
+                while not done.is_set():
+                    after = ingested.is_set()
+                    r = ask(c, "weekly digest email Monday")
+                    if r.status_code != 200:
+                        errors.append((r.status_code, r.text[:200]))
+                    elif after:
+                        seen_after.extend(h["doc_id"] for h in r.json()["hits"])
+
+        threads = [threading.Thread(target=loop) for _ in range(3)]
+        for t in threads:
+            t.start()
+        docs = tmp_path / "docs"
+        new_text = "Zorblax lanterns glow violet when the quarterly audit begins."
+        write(docs / "new.md", f"# New\n\n{new_text}\n")
+        (docs / "b.md").unlink()
+        r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(docs), "--store", str(kb), "-q"],
+                           capture_output=True, text=True, env=_env(), timeout=300)
+        assert r.returncode == 0, r.stderr
+        ingested.set()
+        with httpx.Client(base_url=url, timeout=60) as c:
+            assert _until(lambda: [h["doc_id"] for h in ask(c, new_text, "dense").json()["hits"]][:1] == ["new.md"])
+            time.sleep(1.0)
+            done.set()
+            for t in threads:
+                t.join()
+            assert not errors, errors[:3]
+            assert seen_after and "b.md" not in seen_after
+            # --watch: an edit in the folder, nobody runs ingest
+            write(docs / "c.md", "# Gamma\n\nGamma rotates the quuxalot signing keys every ninety days.\n")
+            assert _until(lambda: "sources_changed_at" in ask(c, "signing keys").json()["index"], timeout=20)
+            assert _until(lambda: [h["doc_id"] for h in ask(c, "quuxalot", "bm25").json()["hits"]][:1] == ["c.md"],
+                          timeout=120, every=0.5), (tmp_path / "serve.err").read_text()[-2000:]
+            assert _until(lambda: "sources_changed_at" not in ask(c, "signing keys").json()["index"], timeout=20)
+    finally:
+        done.set() if "done" in locals() else None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        log.close()
+    assert "Traceback" not in (tmp_path / "serve.err").read_text()

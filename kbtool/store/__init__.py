@@ -252,7 +252,9 @@ class Store:
     def require_indexed(self) -> None:
         """Readers are served while a writer works (the pipeline drops hits the catalog no longer
         holds: never a ghost); only a store left behind with no writer at work is an error."""
-        if not self.is_indexed() and not self.writer_active():
+        # In this order, looking twice: a writer that finishes between the first look and the lock
+        # probe leaves the indexes current, not behind (a server once answered 503 in that moment).
+        if not self.is_indexed() and not self.writer_active() and not self.is_indexed():
             raise StoreError(f"the indexes of {self.path} are behind its catalog: run `kbtool index`")
 
     # ---- documents -----------------------------------------------------------------------
