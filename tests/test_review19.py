@@ -15,9 +15,7 @@ PUBLIC = {
     "guide.md": "# Guide\n\n## Ports\n\nThe server listens on port 8443 (setting net.port).\n",
     "faq.md": "# FAQ\n\nReset a password from the account page.\n",
 }
-SECRET = {"payroll.md": "# Payroll\n\nThe grimbleflax payroll run happens on the 25th of each month.\n"}
-CONTRACT = "contract_version: 1\naccess:\n  principals:\n    support: [internal]\n    guest: []\n"
-SUPPORT, GUEST = "tok-support-0123456789", "tok-guest-0123456789"
+from .test_serve_http import CONTRACT, GUEST, SECRET, SUPPORT  # noqa: E402 (the same restricted store and tokens)
 
 
 @pytest.fixture(scope="module")
