@@ -201,6 +201,7 @@ def test_forbidden_document_never_appears_anywhere(kb, embedder, tmp_path):
     bob = retrieve(kb, c, q, embedder=embedder, principal="bob", top_k=10, trace_path=trace)
     text = json.dumps(bob.to_dict(with_trace=True)) + trace.read_text()
     assert "salaries" not in text and "payroll run" not in text
+    assert json.loads(trace.read_text().splitlines()[-1])["caller"] == {"principal": "bob", "allow": []}  # who asked
     assert "grimbleflax" in bob.explanation["missing_terms"]  # for bob no chunk holds it, as for any unknown word
     near = retrieve(kb, c, "grimblefax", embedder=embedder, principal="bob")
     assert "grimbleflax" not in json.dumps(near.to_dict(with_trace=True))  # not even as a suggestion

@@ -521,12 +521,12 @@ def retrieve(store, contract=None, questions: str | Sequence[str] = (), *, filte
     answers = [answer(store, contract, c, sc=sc, tags=tags, count_tokens=counter, top_k=top_k) for c in cands]
     path = trace_path or contract.trace.path
     if path:
-        write_trace(path, answers, contract, time.perf_counter() - t0)
+        write_trace(path, answers, contract, time.perf_counter() - t0, caller={"principal": principal, "allow": list(allow or [])})
     return answers[0] if single else answers
 
 
-def write_trace(path: str | Path, answers: list[Answer], contract, seconds: float) -> None:
-    """Append one JSONL record per question."""
+def write_trace(path: str | Path, answers: list[Answer], contract, seconds: float, caller: dict | None = None) -> None:
+    """Append one JSONL record per question (with who asked: the principal and permission tags)."""
     run_id = uuid.uuid4().hex[:12]
     path = Path(path)
     try:
@@ -535,7 +535,8 @@ def write_trace(path: str | Path, answers: list[Answer], contract, seconds: floa
             for a in answers:
                 rec = {
                     "run_id": run_id, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "contract_version": contract.contract_version, "question": a.question,
+                    "contract_version": contract.contract_version, **({"caller": caller} if caller else {}),
+                    "question": a.question,
                     "processed": a.processed.to_dict(), "types": a.processed.types, "weights": a.weights,
                     "method": a.method, "filters": a.filters, **a.trace,
                     "hits": [[h.chunk_id, h.score, h.confidence] for h in a.hits],
