@@ -569,6 +569,15 @@ def find_contract(path: str | Path | None = None) -> Path | None:
     return local if local.is_file() else None
 
 
+def contract_source(source: str | Path | None, contract: "Contract") -> dict:
+    """Which contract is in force, as ``query --json`` and the server say it: {"path" (None: the
+    built-in one), "version", "calibrated" (the date `kbtool calibrate --write` recorded, or None)}."""
+    cal = contract.calibration
+    date = cal.get("date") if isinstance(cal, dict) else None
+    return {"path": None if source is None else str(source), "version": contract.contract_version,
+            "calibrated": str(date)[:10] if date else None}
+
+
 def load_contract(path: str | Path | None = None, overrides: list[str] | None = None, *,
                   search: bool = True) -> Contract:
     """Load and validate a contract file (or the default), then apply ``a.b=c`` overrides."""

@@ -304,14 +304,9 @@ def contract_source(path: Optional[Path], contract=None) -> dict:
     """Which contract is in force: {"path": the file (None: the built-in one), "version":
     contract_version, "calibrated": the date `kbtool calibrate --write` recorded, or None}.
     ``contract`` is the loaded contract when the caller has it (else the file is read again)."""
-    from ..contract import find_contract, load_contract
+    from ..contract import contract_source as source_of, find_contract, load_contract
 
-    source = find_contract(path)
-    if contract is None:
-        contract = load_contract(path)
-    date = (contract.calibration or {}).get("date") if isinstance(contract.calibration, dict) else None
-    return {"path": None if source is None else str(source), "version": contract.contract_version,
-            "calibrated": str(date)[:10] if date else None}
+    return source_of(find_contract(path), contract if contract is not None else load_contract(path))
 
 
 def contract_line(source: dict, overridden: bool = False) -> str:

@@ -322,10 +322,9 @@ class Service:
     def contract_source(self, contract=None) -> dict:
         """Which contract is in force, as ``kbtool query --json`` says it: {"path" (None: the
         built-in one), "version", "calibrated" (the date `kbtool calibrate --write` recorded)}."""
-        c = contract or self.contract
-        date = (c.calibration or {}).get("date") if isinstance(c.calibration, dict) else None
-        return {"path": None if self.contract_path is None else str(self.contract_path),
-                "version": c.contract_version, "calibrated": str(date)[:10] if date else None}
+        from ..contract import contract_source
+
+        return contract_source(self.contract_path, contract or self.contract)
 
     def contract_view(self, caller: Caller | None = None, contract=None) -> dict:
         """The contract in force as ``caller`` may see it: for a restricted caller, only its own
