@@ -296,7 +296,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
                     j.root != r and not j.root.startswith("beir:") and Path(r).is_relative_to(j.root) for j in jobs)]
     for r in absorbed:
         store.manifest["sources"].pop(r)
-    doc_ids = store.document_ids()
+    doc_ids = store.document_ids() if any(j.options.meta_from_path for j in jobs) else []
     for job in jobs:
         for pattern in job.options.meta_from_path:
             if not any(path_pattern(pattern).match(d) for d in doc_ids):
