@@ -172,7 +172,9 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         mode: str = Field("contract", max_length=200)
         context: bool = True
 
-    app = FastAPI(title="kbtool", version=_version(), docs_url=None, redoc_url=None, openapi_url=None)
+    from .. import __version__
+
+    app = FastAPI(title="kbtool", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
 
     def error(status: int, type_: str, message: str, headers: dict | None = None):
         return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
@@ -361,12 +363,6 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
         return PlainTextResponse(service.metrics.text(extra), media_type="text/plain; version=0.0.4")
 
     return app
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
 
 
 def listen(host: str, port: int):

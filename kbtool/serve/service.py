@@ -349,7 +349,7 @@ class Service:
         """The server's state. With a ``caller``, the documents and chunks that caller may read (and
         its tags): a restricted caller never learns how many documents it may not read."""
         from ..query.pipeline import restricted_status
-        from ..store import manifest as mf
+        from .. import __version__
 
         with self.state() as (store, contract, _):
             if caller is None:
@@ -362,14 +362,8 @@ class Service:
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
                 "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),
-                "swaps": self.swaps, "kbtool_version": mf.__dict__.get("__version__") or _version(),
+                "swaps": self.swaps, "kbtool_version": __version__,
                 **({"access": status["access"]} if status.get("access") is not None else {})}
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
 
 
 def _line_range(lines: str | None) -> tuple[int | None, int | None]:
