@@ -306,8 +306,11 @@ class BM25Index:
             import time
 
             time.sleep(0.2)
+            on_disk = cls.state(path)
             index = cls.load(path)
-        index.loaded_state = cls.state(path)
+        # Labelled with the state read before loading: a rebuild swapped in during the load makes the
+        # next call reload (read after, an old index labelled new was kept for good).
+        index.loaded_state = on_disk
         return index
 
 
