@@ -93,12 +93,12 @@ class Gatherer:
         no question of a batch weighs is never loaded."""
         out: list[Candidates] = []
         index = self.store.bm25() if "bm25" in retrievers else None
-        mask = index.mask(allowed) if index is not None and allowed is not None else None
+        mask = index.held("mask", allowed) if index is not None and allowed is not None else None
         scoped = None
         if index is not None and visible is not None:
-            scoped = index.scoped(index.mask(visible))
-            if scoped is not None and not index.has_raw():  # an index saved before raw postings were
+            if not index.has_raw() and not index.mask(visible).all():  # an index saved before raw postings were
                 index.set_raw(self._tokens_of(index))
+            scoped = index.held("scoped", visible)
         dense_names = [r for r in retrievers if r != "bm25"]
         for start in range(0, len(processed), batch_size):
             batch = processed[start : start + batch_size]
@@ -113,7 +113,7 @@ class Gatherer:
                     continue
                 t0 = time.perf_counter()
                 vecs = self.embedder_for(name).embed_queries([batch[i].dense_text for i in rows])
-                found = self.store.dense_search(vecs, depth + extra_dense, allowed_docs, name=name)
+                found = self.store.dense_search(vecs, depth, allowed_docs, name=name, allowed=allowed, extra=extra_dense)
                 for j, i in enumerate(rows):
                     lists[name][i] = found[j]
                 qvecs[name] = {i: vecs[j] for j, i in enumerate(rows)}

@@ -192,27 +192,35 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
             raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
     if not parsed and tags is None:
         return Scope(specs, None, None)
+    # Once per catalog generation and (filters, caller, access settings, field types): a server's
+    # callers and an eval's questions share it, and the filtered dense search holds vectors by it.
+    key = ("scope", tuple(specs), None if tags is None else frozenset(tags), contract.access.key,
+           contract.access.untagged, json.dumps({k: v.model_dump(mode="json") for k, v in fields.items()}, sort_keys=True))
+    return store.memo(key, lambda: _scope(store, specs, parsed, fields, visible, tags))
+
+
+def _scope(store, specs, parsed, fields, visible, tags) -> Scope:
     allowed, docs, seen_chunks = set(), set(), set()
     doc_chunks: dict[str, int] = {}
     hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
-    for chunk_id, doc_id, meta in store.chunk_metadata():
-        doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + 1
+    for doc_id, meta, ids in store.metadata_groups():  # chunks of one document with one metadata
+        doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + len(ids)
         if not visible(meta):
             continue
-        seen_chunks.add(chunk_id)
+        seen_chunks.update(ids)
         ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
         for i, matched in enumerate(ok):
-            hit_by[i] += matched
+            hit_by[i] += matched * len(ids)
         if all(ok):
-            allowed.add(chunk_id)
+            allowed.update(ids)
             docs.add(doc_id)
     warnings = []
     for f, n in zip(parsed, hit_by):
         if n == 0:  # rare: the values the key has, among the chunks this caller may see
             seen: dict[str, int] = {}
-            for _, _, meta in store.chunk_metadata():
+            for _, meta, ids in store.metadata_groups():
                 if visible(meta) and f.key in meta:
-                    seen[str(meta[f.key])] = seen.get(str(meta[f.key]), 0) + 1
+                    seen[str(meta[f.key])] = seen.get(str(meta[f.key]), 0) + len(ids)
             warnings.append(_no_match(f, seen))
     # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
     # are dropped after the search, so the dense search must look that much deeper.

@@ -25,6 +25,7 @@ from .bm25 import BM25Index
 from .catalog import Catalog
 from .files import readonly_error, storage_error, writable, write_json
 from .lock import WriterLock
+from .filtered import FilteredSearch
 from .vectors import VectorIndex, index_hash, open_vectors
 
 DEFAULT_STORE = ".kb"
@@ -45,6 +46,10 @@ class Store:
         self._bm25: BM25Index | None = None
         self._bm25_lock = threading.Lock()
         self._meta_cache: tuple = (None, [])
+        self._groups_cache: tuple = (None, [])
+        self._memo: tuple = (None, {})
+        self._memo_lock = threading.Lock()
+        self._filtered = FilteredSearch()
         self._lock = WriterLock(path)
         self.lock_wait: float = 300.0  # seconds a writer waits for another one
         self.on_wait: Callable[[dict], None] | None = None  # told who holds the lock, before waiting
@@ -343,6 +348,7 @@ class Store:
         with self._bm25_lock:
             self._bm25 = None
         self.vectors.reopen()
+        self._filtered.clear()
         for v in self._extra_vectors.values():
             v.reopen()
         self._extra_vectors.clear()
@@ -407,11 +413,47 @@ class Store:
         return self.catalog.chunk_vectors(self.embedding_spec(name).cache_key, chunk_ids)
 
     def dense_search(self, vectors, depth: int, doc_ids: list[str] | None = None,
-                     name: str = "dense") -> list[list[tuple[str, float]]]:
+                     name: str = "dense", *, allowed: set[str] | None = None,
+                     extra: int = 0) -> list[list[tuple[str, float]]]:
         """Nearest chunks by cosine per query vector in dense retriever ``name``'s index, best first,
-        ties by id; only in ``doc_ids`` if given."""
+        ties by id. ``allowed`` (chunk ids a filter or access permits, ``doc_ids`` their documents,
+        ``extra`` chunks of those documents the filter leaves out): only those, searched the way
+        that is fast at the store's size (``kbtool.store.filtered``); without it, ``doc_ids``
+        restricts the engine's search to these documents and ``depth`` counts every chunk of them."""
         self.check_dim(vectors, name=name)
-        return self.vectors_for(name).search(vectors, depth, doc_ids)
+        engine = self.vectors_for(name)
+        if allowed is None:
+            return engine.search(vectors, depth + extra, doc_ids)
+        return self._filtered.search(self, engine, name, vectors, depth, allowed, doc_ids, extra)
+
+    def chunk_total(self) -> int:
+        """How many chunks the catalog holds (read once per catalog generation)."""
+        return self.memo("chunk_total", self.catalog.chunk_total)
+
+    def memo(self, key, compute: Callable[[], object]):
+        """``compute()``, once per catalog generation and ``key`` (at most 64 keys kept): what every
+        query of a generation would otherwise work out again (chunk counts, a filter's scope)."""
+        gen = self.generation()
+        with self._memo_lock:
+            gen_seen, held = self._memo
+            if gen_seen != gen:
+                held = {}
+                self._memo = (gen, held)
+            if key in held:
+                return held[key]
+        value = compute()  # outside the lock: two threads may both compute, one result is kept
+        with self._memo_lock:
+            if len(held) >= 64:
+                held.pop(next(iter(held)))
+            return held.setdefault(key, value)
+
+    def metadata_groups(self) -> list[tuple[str, dict, list[str]]]:
+        """(doc_id, metadata, chunk ids) per distinct metadata of each document, read once per
+        catalog generation: a filter is decided once per group (3k groups for 100k chunks)."""
+        cache, gen = self._groups_cache, self.generation()
+        if cache[0] != gen:
+            self._groups_cache = cache = (gen, self.catalog.metadata_groups())
+        return cache[1]
 
     def has_bm25(self) -> bool:
         """Whether the store has a BM25 retriever: an index is there, or a rebuild is swapping one in

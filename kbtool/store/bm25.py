@@ -105,6 +105,7 @@ class BM25Index:
         self.loaded_state: dict = {}  # the state record this index was loaded with (see ``current``)
         self.path: Path | None = None
         self._raw: dict | None = None
+        self._held: dict = {}  # (kind, id of a chunk-id set) -> (the set, its mask or Scoped)
 
     @staticmethod
     def exists(path: Path) -> bool:
@@ -200,6 +201,20 @@ class BM25Index:
         if visible is None or self.retriever is None or bool(visible.all()):
             return None
         return Scoped(self, visible)
+
+    def held(self, kind: str, ids: set[str]):
+        """``mask(ids)`` (kind "mask") or ``scoped(mask(ids))`` (kind "scoped"), kept while the same
+        set object is asked for again: a filter's scope is one object per catalog generation
+        (``Store.memo``), so a server's or an eval's questions build each once, not per question."""
+        key = (kind, id(ids))
+        got = self._held.get(key)
+        if got is not None and got[0] is ids:
+            return got[1]
+        value = self.mask(ids) if kind == "mask" else self.scoped(self.mask(ids))
+        if len(self._held) >= 16:
+            self._held.pop(next(iter(self._held)))
+        self._held[key] = (ids, value)
+        return value
 
     def mask(self, allowed: set[str]) -> np.ndarray:
         """A row mask for ``search``: True for the chunks a filter allows. Build it once per filter."""

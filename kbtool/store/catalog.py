@@ -335,6 +335,16 @@ class Catalog:
     def chunk_metadata(self) -> list[tuple[str, str, dict]]:
         return [(r[0], r[1], json.loads(r[2])) for r in self.db.execute("SELECT chunk_id, doc_id, meta FROM chunks")]
 
+    def metadata_groups(self) -> list[tuple[str, dict, list[str]]]:
+        """(doc_id, metadata, chunk ids) per distinct (document, metadata) pair, in catalog order."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for cid, doc, meta in self.db.execute("SELECT chunk_id, doc_id, meta FROM chunks"):
+            groups.setdefault((doc, meta), []).append(cid)
+        return [(doc, json.loads(meta), ids) for (doc, meta), ids in groups.items()]
+
+    def chunk_total(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
     def chunks_containing(self, needle: str) -> list[str]:
         """Ids of chunks whose section prefix or text holds ``needle`` (lower case)."""
         rows = self.db.execute(
