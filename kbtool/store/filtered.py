@@ -98,7 +98,9 @@ class FilteredSearch:
         if not ids:
             return [[] for _ in range(len(vectors))]
         q = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        scores = q @ m.T
+        # einsum, not BLAS: one thread, no wait for BLAS threads on a busy 2-core machine (12 ms
+        # for 25k rows under load, where einsum takes 2 ms; 0.1 ms for 2k rows either way)
+        scores = np.einsum("qd,nd->qn", q, m)
         out = []
         for row in scores:
             n = min(depth, len(ids))
