@@ -110,11 +110,11 @@ def server_error(exc: BaseException, rec: dict) -> StoreError | None:
         return StoreError(f"the Chroma server at {url} refused access ({_short(text) or name}): {told}")
     if name == "NotFoundError" and text.startswith("Tenant"):
         return StoreError(f"the Chroma server at {url} has no tenant {rec['tenant']!r}: create it on the server "
-                          "(chromadb's AdminClient.create_tenant), or use a store made for an existing tenant")
+                          "(chromadb's AdminClient.create_tenant), or name an existing tenant")
     if name == "NotFoundError" and text.startswith("Database"):
         return StoreError(f"the Chroma server at {url} has no database {rec['database']!r} in tenant "
                           f"{rec['tenant']!r}: create it on the server (chromadb's AdminClient.create_database), "
-                          "or use a store made for an existing database")
+                          "or name an existing database")
     if isinstance(exc, ValueError) and "Could not connect to tenant" in text:
         return StoreError(f"the Chroma server at {url} does not let this client read tenant {rec['tenant']!r} "
                           f"(missing, or credentials needed: ${TOKEN_ENV}): check the tenant and the credentials")

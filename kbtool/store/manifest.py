@@ -74,7 +74,7 @@ def now_iso() -> str:
 def new(spec, version: str, vectors: dict | None = None) -> Manifest:
     """The manifest of a new, empty store whose vectors will be made with ``spec`` (and kept where
     ``vectors`` says: a Chroma server's record; None: Chroma embedded)."""
-    return {**({"vectors": dict(vectors)} if vectors else {}),
+    return {
         "format_version": FORMAT_VERSION,
         "kbtool_version": version,
         "created_at": now_iso(),
@@ -85,6 +85,7 @@ def new(spec, version: str, vectors: dict | None = None) -> Manifest:
         "hnsw": dict(HNSW),
         "indexed_generation": -1,
         "last_ingest": None,
+        **({"vectors": dict(vectors)} if vectors else {}),
     }
 
 
