@@ -347,3 +347,43 @@ def test_server_killed_mid_ingest_then_back(tmp_path, embedder):
         assert r.exit_code == 0, r.output
     finally:
         srv.kill()
+
+
+def test_refused_credentials_are_one_line_and_never_shown(small, tmp_path, monkeypatch):
+    """A server that refuses the token (here a stand-in answering every request as Chroma does a
+    refused one: 401 AuthorizationError): one line naming the URL and $KBTOOL_CHROMA_TOKEN, the token
+    never printed, no store made."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            body = json.dumps({"error": "AuthorizationError", "message": "Unauthorized"}).encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base, _, _ = small
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        monkeypatch.setenv("KBTOOL_CHROMA_TOKEN", "s3cret-token-42")
+        r = run("ingest", base / "public", "--store", tmp_path / "kb", "--chroma-url", url, "-q")
+        assert r.exit_code == 1, r.output
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "refused access" in lines[0] and url in lines[0] and "KBTOOL_CHROMA_TOKEN" in lines[0]
+        assert "s3cret" not in r.output and not (tmp_path / "kb").exists()
+        assert seen and seen[0] == "Bearer s3cret-token-42"  # the token reached the server, as Chroma expects it
+    finally:
+        httpd.shutdown()
