@@ -105,6 +105,8 @@ def ingest(
     writer_settings(kb, wait, quiet)
     if not new_store:  # the store's model, changed by these options (or the same one, given again)
         spec = model_spec(kb, model, *options_given)
+        if kb.manifest.get("vectors") and not parse_only:
+            kb.vectors.count()  # a Chroma server that is down fails here, before anything is parsed
     kb.check_model(spec)
     check_sizing(kb, spec)
     if stemmer is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from typing import Sequence
 from urllib.parse import urlsplit
 
@@ -71,6 +70,14 @@ def server_record(url: str, tenant: str | None = None, database: str | None = No
             "tenant": _name(tenant, "tenant") if tenant else DEFAULT_TENANT,
             "database": _name(database, "database") if database else DEFAULT_DATABASE,
             "collection": _name(collection, "collection prefix") if collection else f"kb-{uuid.uuid4().hex[:16]}"}
+
+
+def check_record(rec, where) -> None:
+    """A manifest's ``vectors`` record of a server: url, tenant, database, collection (strings)."""
+    lacks = [k for k in ("url", "tenant", "database", "collection") if not isinstance(rec.get(k), str)]
+    if lacks:
+        raise StoreError(f"{where}: vectors lacks {', '.join(lacks)}: the store's manifest is damaged (the vectors "
+                         "are on a Chroma server; write its record back, or re-ingest into a new store)")
 
 
 def collection_for(rec: dict, retriever: str = "dense") -> str:
@@ -174,9 +181,10 @@ def check_new(rec: dict) -> None:
     client = connect(rec)
     name = collection_for(rec)
     try:
-        held = next((c for c in client.list_collections() if c.name == name), None)
-        count = held.count() if held is not None else 0
+        count = client.get_collection(name).count()
     except Exception as exc:
+        if type(exc).__name__ == "NotFoundError" and str(exc).startswith("Collection"):
+            return
         raise (server_error(exc, rec) or exc) from None
     if count:
         raise UsageError(f"collection {name!r} on the Chroma server at {rec['url']} already holds {count} vectors "
@@ -190,7 +198,6 @@ class ChromaServerVectors(ChromaVectors):
     def __init__(self, rec: dict, hnsw: dict, retriever: str = "dense"):
         super().__init__(None, hnsw, collection_for(rec, retriever))  # type: ignore[arg-type]
         self.rec = dict(rec)
-        self._lock = threading.Lock()
 
     def exists(self) -> bool:
         """True: the server is the truth and is asked when used (status stays offline; doctor asks)."""

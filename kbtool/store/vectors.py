@@ -285,10 +285,15 @@ def engine_of(manifest: dict) -> str:
     record) or ``chroma-server``; StoreError for one this kbtool does not know."""
     from ..errors import StoreError
 
-    engine = (manifest.get("vectors") or {}).get("engine", "chroma")
+    rec = manifest.get("vectors") or {}
+    engine = rec.get("engine", "chroma") if isinstance(rec, dict) else None
     if engine not in ENGINES:
         raise StoreError(f"the store keeps its vectors in engine {engine!r}, which this kbtool does not know "
                          f"(it knows {', '.join(ENGINES)}): upgrade kbtool")
+    if engine == "chroma-server":
+        from .chroma_server import check_record
+
+        check_record(rec, "manifest.json")
     return engine
 
 
