@@ -2,8 +2,9 @@
 
 ``VectorIndex`` is all the rest of kbtool asks of a vector engine: upsert, delete, what it holds
 (ids and the index hash each was written with), get vectors, search with a document filter,
-count, drop. ``ChromaVectors`` is the only code of kbtool that imports chromadb; a Chroma server
-(or any other engine) is a second class with the same methods.
+count, drop. ``ChromaVectors`` (Chroma embedded) and its subclass ``chroma_server.ChromaServerVectors``
+(a Chroma server: only the client differs) are the only code of kbtool that imports chromadb;
+``open_vectors`` chooses the engine from the manifest.
 
 Every vector is written with explicit embeddings and searched with explicit query embeddings:
 Chroma's default embedding function would download a model.
