@@ -205,10 +205,70 @@ def check_sizing(kb, spec, rebuild: bool = False) -> None:
                          "`kbtool chunk --all` to re-size the chunks")
 
 
-def open_store(path: Optional[Path], create: bool = False, model: Optional[str] = None):
+def open_store(path: Optional[Path], create: bool = False, model: Optional[str] = None, vectors: Optional[dict] = None):
+    """The store at ``path``; with ``create``, a new one if none is there (its model and, given
+    ``vectors`` (see ``chroma_options``), its Chroma server). ``vectors`` given for an existing store
+    must be what it records: UsageError (exit 2) naming the recorded one otherwise."""
     from ..store import Store
 
-    return Store.open(path, create=create, model=model)
+    kb = Store.open(path, create=create, model=model, vectors=vectors)
+    check_vectors(kb, vectors)
+    return kb
+
+
+ChromaUrlOpt = Annotated[
+    Optional[str],
+    typer.Option("--chroma-url", metavar="URL", help="A new store keeps its vectors on this Chroma server (`chroma run`), "
+                 "e.g. http://127.0.0.1:8000, instead of Chroma embedded in the store folder; recorded in the store "
+                 "(credentials: $KBTOOL_CHROMA_TOKEN). Catalog and BM25 stay local."),
+]
+ChromaTenantOpt = Annotated[Optional[str], typer.Option("--chroma-tenant", help="With --chroma-url: the Chroma tenant [default: default_tenant].")]
+ChromaDatabaseOpt = Annotated[Optional[str], typer.Option("--chroma-database", help="With --chroma-url: the Chroma database [default: default_database].")]
+ChromaCollectionOpt = Annotated[Optional[str], typer.Option("--chroma-collection", metavar="PREFIX", help="With --chroma-url: the prefix of the store's collections (PREFIX-chunks) [default: one unique to the store].")]
+
+
+def chroma_options(url, tenant, database, collection) -> Optional[dict]:
+    """What --chroma-url/--chroma-tenant/--chroma-database/--chroma-collection ask for (None: nothing);
+    a malformed value is a UsageError before anything is written."""
+    from ..errors import UsageError
+    from ..store.chroma_server import _name, parse_url
+
+    given = {"tenant": tenant, "database": database, "collection": collection}
+    if url is None:
+        if any(v is not None for v in given.values()):
+            flag = next(f"--chroma-{k}" for k, v in given.items() if v is not None)
+            raise UsageError(f"{flag} needs --chroma-url (the Chroma server the store keeps its vectors on)")
+        return None
+    try:
+        parse_url(url)
+        for what, value in given.items():
+            if value is not None:
+                _name(value, what)
+    except UsageError as exc:
+        raise UsageError("--chroma-" + str(exc).removeprefix("chroma ")) from None  # the flag's name
+    return {"url": url, **{k: v for k, v in given.items() if v is not None}}
+
+
+def check_vectors(kb, asked: Optional[dict]) -> None:
+    """Options naming where vectors are must match what the store records: its server is chosen
+    when it is created."""
+    if not asked:
+        return
+    from ..errors import UsageError
+    from ..store.chroma_server import parse_url
+
+    rec = kb.manifest.get("vectors")
+    if not rec:
+        raise UsageError(f"--chroma-url {asked['url']}: store {kb.path} keeps its vectors in Chroma embedded "
+                         f"({kb.path / 'chroma'}); a store's vector engine is chosen when it is created: drop "
+                         "--chroma-url, or create a new store with it")
+    wanted = {"url": parse_url(asked["url"])[0], **{k: v for k, v in asked.items() if k != "url"}}
+    for key, value in wanted.items():
+        if value != rec.get(key):
+            raise UsageError(f"--chroma-{key} {asked[key]}: store {kb.path} keeps its vectors on the Chroma server "
+                             f"{rec['url']} (tenant {rec['tenant']}, database {rec['database']}, collection prefix "
+                             f"{rec['collection']}), recorded when it was created: drop --chroma-{key}, or give the "
+                             "recorded value")
 
 
 def print_json(data) -> None:

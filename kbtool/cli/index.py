@@ -5,7 +5,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import AddModelOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
+from ._common import AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -21,6 +21,10 @@ def index(
     stemmer: StemmerOpt = None,
     add_model: AddModelOpt = None,
     drop_model: Annotated[Optional[List[str]], typer.Option("--drop-model", metavar="NAME", help="Remove retriever dense:NAME and its vectors (repeatable).")] = None,
+    chroma_url: ChromaUrlOpt = None,
+    chroma_tenant: ChromaTenantOpt = None,
+    chroma_database: ChromaDatabaseOpt = None,
+    chroma_collection: ChromaCollectionOpt = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
@@ -30,7 +34,7 @@ def index(
     from ..embed import load_embedder
     from ..index import index as run_index
 
-    kb = open_store(store)
+    kb = open_store(store, vectors=chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection))
     writer_settings(kb, wait, quiet)
     spec = model_spec(kb, model, query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
     if not rebuild:

@@ -7,7 +7,7 @@ import typer
 
 from ..ingestion.parse import size_limits_text
 from . import app
-from ._common import (AddModelOpt, ContractOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, ContractOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -41,6 +41,10 @@ def ingest(
     input_type: InputTypeOpt = False,
     stemmer: StemmerOpt = None,
     add_model: AddModelOpt = None,
+    chroma_url: ChromaUrlOpt = None,
+    chroma_tenant: ChromaTenantOpt = None,
+    chroma_database: ChromaDatabaseOpt = None,
+    chroma_collection: ChromaCollectionOpt = None,
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
@@ -75,6 +79,7 @@ def ingest(
             normalise_id_prefix(id_prefix)
         except ValueError as exc:
             raise UsageError(f"--id-prefix: {exc}") from None
+    vectors = chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection)  # before a store is made
     paths = list(paths or [])
     missing = [p for p in paths if not p.exists()]
     if missing:  # before a store is made: a mistyped path leaves nothing behind
@@ -96,10 +101,12 @@ def ingest(
         from ..embed import load_embedder
 
         load_embedder(spec).dim  # a server that is down fails here, before anything is parsed or written
-    kb = open_store(store, create=True, model=spec)
+    kb = open_store(store, create=True, model=spec, vectors=vectors)
     writer_settings(kb, wait, quiet)
     if not new_store:  # the store's model, changed by these options (or the same one, given again)
         spec = model_spec(kb, model, *options_given)
+        if kb.manifest.get("vectors") and not parse_only:
+            kb.vectors.count()  # a Chroma server that is down fails here, before anything is parsed
     kb.check_model(spec)
     check_sizing(kb, spec)
     if stemmer is not None:

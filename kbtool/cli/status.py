@@ -22,6 +22,7 @@ def status(
     With --principal/--allow (required when the contract says access.require_principal), counts
     only what that caller may read and leaves out what describes the whole store."""
     from ..query.pipeline import restricted_status
+    from ..store.doctor import engine_line
 
     kb = open_store(store)
     info = restricted_status(kb, load_contract_opt(contract, []), principal, allow)
@@ -51,6 +52,7 @@ def status(
                   + (f", embedded by {rec['runtime']}" if rec.get("runtime") else "")
                   + (", current" if rec.get("current") else ", behind: run `kbtool index`") + ")")
           for name, rec in (info.get("models") or {}).items()),
+        ("vectors", engine_line(info["vectors"])),
         ("chunking", str(info["chunking"])),
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),

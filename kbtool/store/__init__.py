@@ -26,13 +26,23 @@ from .catalog import Catalog
 from .files import readonly_error, storage_error, writable, write_json
 from .lock import WriterLock
 from .filtered import FilteredSearch
-from .vectors import VectorIndex, index_hash, open_vectors
+from .vectors import VectorIndex, describe_vectors, engine_of, index_hash, open_vectors
 
 DEFAULT_STORE = ".kb"
 
 
 def default_store_path() -> Path:
     return Path(os.environ.get("KBTOOL_STORE") or DEFAULT_STORE)
+
+
+def _vectors_record(vectors: str | dict | None) -> dict | None:
+    if vectors is None:
+        return None
+    from .chroma_server import server_record
+
+    if isinstance(vectors, str):
+        return server_record(vectors)
+    return server_record(vectors["url"], vectors.get("tenant"), vectors.get("database"), vectors.get("collection"))
 
 
 class Store:
@@ -55,11 +65,15 @@ class Store:
         self.on_wait: Callable[[dict], None] | None = None  # told who holds the lock, before waiting
 
     @classmethod
-    def open(cls, path: str | Path | None = None, *, create: bool = False, model=None) -> "Store":
-        """``model``: a new store's embedding model (name, path, ``openai:URL#name``, EmbeddingSpec)."""
+    def open(cls, path: str | Path | None = None, *, create: bool = False, model=None,
+             vectors: str | dict | None = None) -> "Store":
+        """``model``: a new store's embedding model (name, path, ``openai:URL#name``, EmbeddingSpec).
+        ``vectors``: where a new store keeps its vectors: None (Chroma embedded, in the store folder), a
+        Chroma server's URL, or ``{"url", "tenant", "database", "collection"}`` (see ``chroma_server``);
+        an existing store keeps what its manifest records (``vectors_differ`` compares)."""
         path = Path(path) if path else default_store_path()
         if not mf.check_folder(path, create):
-            mf.create(path, model, __version__)
+            mf.create(path, model, __version__, _vectors_record(vectors))
         return cls(path, mf.read(path))
 
     def close(self) -> None:
@@ -170,11 +184,23 @@ class Store:
             # holds another model's vectors under the same hashes: never reuse it.
             # (No chroma/: nothing left over; opening Chroma would make an empty one, which the
             # store would take for its vectors.)
-            if (self.path / "chroma").is_dir() and writable(self.path / "chroma"):
+            if self._vectors_made() and (self._on_server() or writable(self.path / "chroma")):
                 open_vectors(self.path, self.manifest, retriever=f"dense:{name}").drop()
             models[name] = {**mf.embedding_record(spec), "indexed_generation": -1}
             self.save_manifest()
         return f"dense:{name}"
+
+    def _on_server(self) -> bool:
+        return engine_of(self.manifest) != "chroma"
+
+    def _vectors_made(self) -> bool:
+        """Whether the vector engine may hold collections: a server, or ``chroma/`` on disk."""
+        return self._on_server() or (self.path / "chroma").is_dir()
+
+    def vectors_info(self) -> dict:
+        """Where the vectors are: engine, path or URL, tenant, database, each retriever's collection
+        (never credentials)."""
+        return describe_vectors(self.path, self.manifest, self.dense_retrievers())
 
     def suggest_multilingual(self, at_least: float = 0.1) -> float | None:
         """The share of chunks holding CJK text, when it is ``at_least`` and the store has no model that
@@ -208,7 +234,7 @@ class Store:
             del models[name]
             self.save_manifest()
             self._extra_vectors.pop(f"dense:{name}", None)
-            if (self.path / "chroma").is_dir():  # else no vectors to drop: opening Chroma would make an empty chroma/
+            if self._vectors_made():  # else no vectors to drop: opening Chroma would make an empty chroma/
                 vectors.drop()
         return True
 
@@ -474,7 +500,7 @@ class Store:
         return {
             "store": str(self.path), "format_version": m["format_version"], "kbtool_version": m["kbtool_version"],
             **self.catalog.counts(self.token_limit()),
-            "embedding": m["embedding"], "chunking": m["chunking"], "bm25": m["bm25"],
+            "embedding": m["embedding"], "vectors": self.vectors_info(), "chunking": m["chunking"], "bm25": m["bm25"],
             "models": {f"dense:{n}": {**rec, "current": rec.get("indexed_generation") == self.generation()}
                        for n, rec in sorted(m.get("models", {}).items())},
             "analyzer": AnalyzerConfig.from_dict(m["analyzer"]).to_dict(),

@@ -9,6 +9,7 @@ a lost catalog cannot be rebuilt from the indexes (Store.open refuses such a sto
 
 from __future__ import annotations
 
+from ..errors import StoreError
 from .bm25 import BM25Index
 from .manifest import bm25_digest
 
@@ -26,11 +27,16 @@ def diagnose(store) -> list[dict]:
     add("chunking", not pending, "every document is chunked" if not pending
         else f"{len(pending)} document(s) not chunked yet, e.g. {pending[0]}")
 
+    add("engine", True, engine_line(store.vectors_info()))
     if not store.vectors.exists() and wanted:
         add("vectors", False, "chroma/ is missing: `kbtool index` refills it from the embedding cache")
     else:
         for name in store.dense_retrievers():
-            _vectors(store, name, wanted, add)
+            try:
+                _vectors(store, name, wanted, add)
+            except StoreError as exc:  # a server down, or refusing: a failed check, said in one line
+                add("vectors" if name == "dense" else f"vectors {name}", False, str(exc))
+                break
 
     bm25_dir = store.path / "bm25"
     ids = BM25Index.chunk_ids_on_disk(bm25_dir)
@@ -69,3 +75,12 @@ def _vectors(store, name: str, wanted: dict[str, str], add) -> None:
     if v["held"] and dim:
         add("dimension" if name == "dense" else f"dimension {name}", v["dim"] == dim,
             f"vectors are {v['dim']}-d, the manifest says {dim}-d")
+
+
+def engine_line(info: dict) -> str:
+    """'chroma-server http://127.0.0.1:8000 (tenant ..., database ...), collection kb-...-chunks' or
+    'chroma (embedded) in .kb/chroma' — what status and doctor say of the vector engine."""
+    if info["engine"] == "chroma":
+        return f"chroma (embedded) in {info['path']}"
+    return (f"{info['engine']} {info['url']} (tenant {info['tenant']}, database {info['database']}), collection "
+            + ", ".join(info["collections"].values()) + (f", {info['auth']}" if info.get("auth") else ""))

@@ -59,6 +59,9 @@ class Manifest(TypedDict, total=False):
     # ingest root (absolute folder, or beir:FOLDER) -> the options it is ingested with (include,
     # exclude, metadata, meta_from_path, include_root, id_prefix, base_url, ...) and ``paths`` under it
     sources: dict
+    # where the vectors are, when not in Chroma embedded (``chroma/``): {"engine": "chroma-server", "url",
+    # "tenant", "database", "collection" (the prefix of the store's collections)}; never credentials
+    vectors: dict
 
 
 REQUIRED = ("format_version", "embedding", "analyzer", "bm25", "hnsw")
@@ -68,8 +71,9 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def new(spec, version: str) -> Manifest:
-    """The manifest of a new, empty store whose vectors will be made with ``spec``."""
+def new(spec, version: str, vectors: dict | None = None) -> Manifest:
+    """The manifest of a new, empty store whose vectors will be made with ``spec`` (and kept where
+    ``vectors`` says: a Chroma server's record; None: Chroma embedded)."""
     return {
         "format_version": FORMAT_VERSION,
         "kbtool_version": version,
@@ -81,6 +85,7 @@ def new(spec, version: str) -> Manifest:
         "hnsw": dict(HNSW),
         "indexed_generation": -1,
         "last_ingest": None,
+        **({"vectors": dict(vectors)} if vectors else {}),
     }
 
 
@@ -103,17 +108,22 @@ def check_folder(path: Path, create: bool) -> bool:
     return False
 
 
-def create(path: Path, model, version: str) -> None:
-    """Write the manifest of a new store in ``path`` (missing or empty); the model is checked first."""
+def create(path: Path, model, version: str, vectors: dict | None = None) -> None:
+    """Write the manifest of a new store in ``path`` (missing or empty); the model, and a server that
+    is to hold the vectors (``vectors``: a record of ``chroma_server.server_record``), are checked first."""
     from ..embed import check_available
 
     if path.exists() and any(path.iterdir()):
         raise StoreError(f"{path} exists and is not a kbtool store: choose another store path")
     spec = spec_of(model)
     check_available(spec)  # fail before anything is written
+    if vectors:
+        from .chroma_server import check_new
+
+        check_new(vectors)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        write_json(path / "manifest.json", new(spec, version))
+        write_json(path / "manifest.json", new(spec, version, vectors))
     except OSError as exc:
         where = next((p for p in [path, *path.parents] if p.exists()), path)
         raise (storage_error(exc, where, "creating a store") or exc) from None

@@ -2,8 +2,9 @@
 
 ``VectorIndex`` is all the rest of kbtool asks of a vector engine: upsert, delete, what it holds
 (ids and the index hash each was written with), get vectors, search with a document filter,
-count, drop. ``ChromaVectors`` is the only code of kbtool that imports chromadb; a Chroma server
-(or any other engine) is a second class with the same methods.
+count, drop. ``ChromaVectors`` (Chroma embedded) and its subclass ``chroma_server.ChromaServerVectors``
+(a Chroma server: only the client differs) are the only code of kbtool that imports chromadb;
+``open_vectors`` chooses the engine from the manifest.
 
 Every vector is written with explicit embeddings and searched with explicit query embeddings:
 Chroma's default embedding function would download a model.
@@ -61,32 +62,39 @@ class ChromaVectors:
     def _col(self):
         with self._lock:
             if self._collection is None:
-                from .._env import setup_offline_env
-
-                setup_offline_env()
-                import chromadb
-                from chromadb.config import Settings
-
-                if not self.path.is_dir():
-                    # chromadb caches clients per path in the process: a folder deleted under it would
-                    # still look full. Start from what is on disk.
-                    from chromadb.api.client import SharedSystemClient
-
-                    SharedSystemClient.clear_system_cache()
                 try:
-                    self._client = chromadb.PersistentClient(path=str(self.path),
-                                                             settings=Settings(anonymized_telemetry=False))
+                    self._client = self._connect()
                     self._collection = self._client.get_or_create_collection(
                         self.name, configuration={"hnsw": dict(self.hnsw)}, embedding_function=None)
                 except Exception:
-                    # A client that failed to start (a full disk) stays in chromadb's per-path cache,
-                    # broken: the next try in this process (after space is freed) must start afresh.
-                    from chromadb.api.client import SharedSystemClient
-
-                    SharedSystemClient.clear_system_cache()
                     self._client = None
+                    self._failed()
                     raise
             return self._collection
+
+    def _connect(self):
+        """The chromadb client: the one thing an engine of this class makes its own way (a server's
+        subclass, ``chroma_server.ChromaServerVectors``, makes an ``HttpClient``)."""
+        from .._env import setup_offline_env
+
+        setup_offline_env()
+        import chromadb
+        from chromadb.config import Settings
+
+        if not self.path.is_dir():
+            # chromadb caches clients per path in the process: a folder deleted under it would
+            # still look full. Start from what is on disk.
+            from chromadb.api.client import SharedSystemClient
+
+            SharedSystemClient.clear_system_cache()
+        return chromadb.PersistentClient(path=str(self.path), settings=Settings(anonymized_telemetry=False))
+
+    def _failed(self) -> None:
+        """After a failed connect: a client that failed to start (a full disk) stays in chromadb's
+        per-path cache, broken: the next try in this process (after space is freed) must start afresh."""
+        from chromadb.api.client import SharedSystemClient
+
+        SharedSystemClient.clear_system_cache()
 
     def reopen(self) -> None:
         """Read the collection afresh from disk: chromadb keeps a process's HNSW index in memory,
@@ -270,14 +278,49 @@ def collection_name(retriever: str) -> str:
     return COLLECTION if retriever == "dense" else f"{COLLECTION}-{retriever.removeprefix('dense:')}"
 
 
+ENGINES = ("chroma", "chroma-server")  # the manifest's vectors.engine (no record: chroma, embedded)
+
+
+def engine_of(manifest: dict) -> str:
+    """The store's vector engine: ``chroma`` (embedded, in ``chroma/``; a store without a ``vectors``
+    record) or ``chroma-server``; StoreError for one this kbtool does not know."""
+    from ..errors import StoreError
+
+    rec = manifest.get("vectors") or {}
+    engine = rec.get("engine", "chroma") if isinstance(rec, dict) else None
+    if engine not in ENGINES:
+        raise StoreError(f"the store keeps its vectors in engine {engine!r}, which this kbtool does not know "
+                         f"(it knows {', '.join(ENGINES)}): upgrade kbtool")
+    if engine == "chroma-server":
+        from .chroma_server import check_record
+
+        check_record(rec, "manifest.json")
+    return engine
+
+
+def describe_vectors(store_path: Path, manifest: dict, retrievers: Sequence[str] = ("dense",)) -> dict:
+    """Where the store's vectors are (never credentials): engine, path or URL, tenant, database,
+    and the collection of each dense retriever."""
+    if engine_of(manifest) == "chroma-server":
+        from .chroma_server import describe
+
+        return describe(manifest["vectors"], retrievers)
+    return {"engine": "chroma", "path": str(store_path / "chroma"),
+            "collections": {r: collection_name(r) for r in retrievers}}
+
+
 def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None,
                  retriever: str = "dense") -> VectorIndex:
-    """The vector index of dense retriever ``retriever`` of the store in ``store_path``: a collection
-    of Chroma embedded in ``chroma/`` (today's one engine; another engine is chosen here, from the
-    manifest), or, where this process cannot write the store (Chroma opens its database for
-    writing), ``CatalogVectors`` over the catalog's cached vectors of that model."""
+    """The vector index of dense retriever ``retriever`` of the store in ``store_path``, as the
+    manifest's engine says: a collection on a Chroma server (``chroma_server.py``), or of Chroma
+    embedded in ``chroma/`` — or, where this process cannot write the store (Chroma opens its
+    database for writing), ``CatalogVectors`` over the catalog's cached vectors of that model."""
     from .files import readonly_error, writable
 
+    if engine_of(manifest) == "chroma-server":
+        from .chroma_server import ChromaServerVectors
+
+        return ChromaServerVectors(manifest["vectors"], manifest["hnsw"], retriever)
     chroma = store_path / "chroma"
     if catalog is not None and not writable(chroma if chroma.is_dir() else store_path):
         return CatalogVectors(chroma, catalog, cache_key, lambda: readonly_error(store_path, "writing vectors"))
