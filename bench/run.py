@@ -6,6 +6,7 @@ against exact search, warm and cold query latency, retrieval quality.
     .venv/bin/python bench/run.py --only rerank        # rerank stage latency per backend, sample corpus
     .venv/bin/python bench/run.py --only models        # one embedding model against two (use-m added)
     .venv/bin/python bench/run.py --only serve         # kbtool serve: warm latency, requests/s, memory
+    .venv/bin/python bench/run.py --only scale         # 10k, 30k, 100k chunks (bench/scale.py; ~40 min)
 
 Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
 """
@@ -26,6 +27,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from scale import markdown as scale_markdown, scale_bench  # noqa: E402
 
 
 def machine() -> str:
@@ -541,7 +544,7 @@ def serve_markdown(r: dict) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve", "scale"], help="run one part alone, merged into the results")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -550,7 +553,8 @@ def main() -> None:
         return
     if args.only:
         part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
-                     "models": (models_bench, "models"), "serve": (serve_bench, "serve")}[args.only]
+                     "models": (models_bench, "models"), "serve": (serve_bench, "serve"),
+                     "scale": (scale_bench, "scale")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
         part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -695,6 +699,7 @@ def main() -> None:
     rerank_bench(results)
     models_bench(results)
     serve_bench(results)
+    scale_bench(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)
@@ -758,6 +763,7 @@ def write_markdown(r: dict) -> None:
         *rerank_markdown(r.get("rerank", {})),
         *models_markdown(r.get("models", {})),
         *serve_markdown(r.get("serve", {})),
+        *(scale_markdown(r["scale"]) if r.get("scale") else []),
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
 

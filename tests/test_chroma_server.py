@@ -384,6 +384,33 @@ def test_refused_credentials_are_one_line_and_never_shown(small, tmp_path, monke
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "refused access" in lines[0] and url in lines[0] and "KBTOOL_CHROMA_TOKEN" in lines[0]
         assert "s3cret" not in r.output and not (tmp_path / "kb").exists()
-        assert seen and seen[0] == "Bearer s3cret-token-42"  # the token reached the server, as Chroma expects it
+        assert "Bearer s3cret-token-42" in seen  # the token reached the server, as Chroma expects it (the heartbeat goes without)
     finally:
         httpd.shutdown()
+
+
+def test_a_server_that_never_answers_fails_within_the_timeout(small, tmp_path, monkeypatch):
+    """A port that accepts connections and never answers (a hung server): chromadb's client would
+    wait forever; kbtool gives up after $KBTOOL_CHROMA_TIMEOUT with one line, and makes no store."""
+    import socket
+    import time
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)  # accepted by the kernel, never read
+    try:
+        base, _, _ = small
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        monkeypatch.setenv("KBTOOL_CHROMA_TIMEOUT", "1")
+        t = time.monotonic()
+        r = run("ingest", base / "public", "--store", tmp_path / "kb", "--chroma-url", url, "-q")
+        assert time.monotonic() - t < 20
+        assert r.exit_code == 1, r.output
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "did not answer within 1 s" in lines[0] and url in lines[0], lines
+        assert "KBTOOL_CHROMA_TIMEOUT" in lines[0] and not (tmp_path / "kb").exists()
+        monkeypatch.setenv("KBTOOL_CHROMA_TIMEOUT", "soon")
+        r = run("ingest", base / "public", "--store", tmp_path / "kb", "--chroma-url", url, "-q")
+        assert r.exit_code == 2 and "KBTOOL_CHROMA_TIMEOUT" in r.stderr and "Traceback" not in r.output
+    finally:
+        sock.close()

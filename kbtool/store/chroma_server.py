@@ -30,6 +30,10 @@ DEFAULT_DATABASE = "default_database"  # reading a manifest must not import chro
 DEFAULT_PORT = 8000  # `chroma run`'s
 TOKEN_ENV = "KBTOOL_CHROMA_TOKEN"
 TOKEN_HEADER_ENV = "KBTOOL_CHROMA_TOKEN_HEADER"
+# Seconds a request to the server may take (chromadb's client waits forever): a server that accepts
+# connections but never answers (hung, a stopped VM behind a proxy) fails the command with one line.
+TIMEOUT_ENV = "KBTOOL_CHROMA_TIMEOUT"
+DEFAULT_TIMEOUT = 120.0
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 
 
@@ -107,6 +111,10 @@ def server_error(exc: BaseException, rec: dict) -> StoreError | None:
     name = type(exc).__name__
     down = (f"start it ({start_hint(rec)}; `kbtool status` shows the URL the store records), then run the "
             "command again: the catalog and the embedding cache keep what was done")
+    if isinstance(exc, httpx.TimeoutException):
+        return StoreError(f"the Chroma server at {url} did not answer within {timeout():g} s ({name}): is it hung or "
+                          f"overloaded? Restart it ({start_hint(rec)}) or raise ${TIMEOUT_ENV}; the catalog and the "
+                          "embedding cache keep what was done")
     if isinstance(exc, httpx.TransportError) or (isinstance(exc, ValueError) and "Could not connect to a Chroma server" in text):
         why = "connection refused" if isinstance(exc, ValueError) or "refused" in text.lower() else (text or name)
         return StoreError(f"the Chroma server at {url} is not reachable ({why}): {down}")
@@ -165,14 +173,35 @@ def connect(rec: dict):
         settings, headers = client_settings()
     except ValueError as exc:  # a setting from the environment chromadb refuses (never echoes a token)
         raise StoreError(f"the Chroma client settings from the environment are invalid: {_short(str(exc))}") from None
+    import httpx
+
+    limit = timeout()
     try:
-        return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=headers, settings=settings,
-                                   tenant=rec["tenant"], database=rec["database"])
+        # The client's constructor already asks the server (tenant, database) with no timeout: a
+        # heartbeat with one first, so a server that never answers fails here.
+        httpx.get(rec["url"].rstrip("/") + "/api/v2/heartbeat", timeout=min(10.0, limit), headers=headers or {},
+                  verify=settings.chroma_server_ssl_verify if settings.chroma_server_ssl_verify is not None else True)
+        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=headers, settings=settings,
+                                     tenant=rec["tenant"], database=rec["database"])
     except Exception as exc:
         known = server_error(exc, rec)
         if known is None:
             raise
         raise known from None
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):  # chromadb 1.x: an httpx.Client made with timeout=None
+        session.timeout = httpx.Timeout(limit, connect=min(10.0, limit))
+    return client
+
+
+def timeout() -> float:
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+    except ValueError:
+        raise UsageError(f"${TIMEOUT_ENV}={os.environ.get(TIMEOUT_ENV)!r} is not a number of seconds") from None
+    if value <= 0:
+        raise UsageError(f"${TIMEOUT_ENV} must be a positive number of seconds")
+    return value
 
 
 def check_new(rec: dict) -> None:
