@@ -453,6 +453,9 @@ def serve_bench(results: dict, seconds: float = 10.0) -> dict:
     if (out_dir / "cranfield-kb" / "manifest.json").exists() and (dataset / "queries.jsonl").exists():
         cq = [json.loads(line)["text"] for line in (dataset / "queries.jsonl").read_text().splitlines() if line.strip()]
         sets["cranfield"] = (out_dir / "cranfield-kb", cq[:150])
+    scale_kb = out_dir / "scale" / "kb-100000"  # the largest store of bench/scale.py, if built
+    if (scale_kb / "manifest.json").exists() and (out_dir / "scale" / "questions-100000.jsonl").exists():
+        sets["scale-100k"] = (scale_kb, [q.question for q in load_questions(out_dir / "scale" / "questions-100000.jsonl").questions][:150])
     r: dict = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "stores": {}}
     for name, (store, questions) in sets.items():
         proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", "--store", str(store), "--port", "0"],
