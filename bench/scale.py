@@ -429,6 +429,8 @@ def plot(r: dict) -> None:
     for a in ax.flat:
         a.set_xlabel("chunks")
         a.set_xscale("log")
+        a.set_xticks(n, [f"{x / 1000:.0f}k" for x in n])
+        a.minorticks_off()
         a.grid(alpha=0.3)
     fig.suptitle(f"kbtool at scale — {r['machine']}, {r['date']}")
     fig.tight_layout()

@@ -13,7 +13,8 @@ metadata of the collection to build the allowed set on every query. So on a larg
   question for which fewer survive is searched exactly.
 
 A small store (``NATIVE_MAX`` chunks) lets the engine filter, as before: there it costs a few
-milliseconds, and its scores are the engine's own.
+milliseconds (the cost grows with the store: ~20 ms more than unfiltered at 10k chunks), and its
+scores are the engine's own.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-NATIVE_MAX = 20_000
+NATIVE_MAX = 2_000
 EXACT_MAX = 20_000
 OVERSAMPLE = 1.5
 ROW_BUDGET = 200_000
