@@ -40,21 +40,28 @@ RAW_FILE = "raw_postings.npz"  # term frequencies and chunk lengths: BM25 over a
 
 def _raw_postings(vocab: dict[str, int], tokens: list[list[str]]) -> dict[str, np.ndarray]:
     """Term frequency of every (token, row) pair as a CSC matrix (rows ascending per token) and each
-    row's length in tokens: what BM25 statistics over a subset of the rows are computed from."""
-    from collections import Counter
+    row's length in tokens: what BM25 statistics over a subset of the rows are computed from.
+    Vectorised: one pass maps the tokens to ids, numpy counts the (token, row) pairs."""
+    from itertools import chain
 
-    cols, rows, tf = [], [], []
-    for i, toks in enumerate(tokens):
-        for t, n in Counter(toks).items():
-            cols.append(vocab[t])
-            rows.append(i)
-            tf.append(n)
-    cols_a, rows_a = np.asarray(cols, dtype=np.int64), np.asarray(rows, dtype=np.int32)
-    order = np.lexsort((rows_a, cols_a))
-    indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cols_a, minlength=len(vocab)), out=indptr[1:])
-    return {"indptr": indptr, "rows": rows_a[order], "tf": np.asarray(tf, dtype=np.float32)[order],
-            "doc_len": np.asarray([len(t) for t in tokens], dtype=np.int64)}
+    n = len(tokens)
+    doc_len = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+    total = int(doc_len.sum())
+    cols = np.fromiter(map(vocab.__getitem__, chain.from_iterable(tokens)), dtype=np.int64, count=total)
+    rows = np.repeat(np.arange(n, dtype=np.int64), doc_len)
+    return _csc(cols, rows, np.ones(total, dtype=np.float32), len(vocab), max(n, 1), doc_len)
+
+
+def _csc(cols: np.ndarray, rows: np.ndarray, tf: np.ndarray, n_terms: int, n_rows: int,
+         doc_len: np.ndarray) -> dict[str, np.ndarray]:
+    """Raw postings from (term, row, count) triples; repeated pairs are summed."""
+    key, inverse = np.unique(cols * n_rows + rows, return_inverse=True)  # sorted: by term, then row
+    counts = np.bincount(inverse.ravel(), weights=tf, minlength=len(key))
+    cols_u = key // n_rows
+    indptr = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cols_u, minlength=n_terms), out=indptr[1:])
+    return {"indptr": indptr, "rows": (key % n_rows).astype(np.int32), "tf": counts.astype(np.float32),
+            "doc_len": np.asarray(doc_len, dtype=np.int64)}
 
 
 class Scoped:

@@ -1,0 +1,98 @@
+"""BM25 segments at scale (issue 20): a synthetic 100k-chunk store of Cranfield abstracts (each copy
+given unique reference codes), timed through ``kbtool.index._sync_bm25``: a full build, a
+one-document change (20 chunks replaced), and query time (p50) with and without a delta.
+
+    PYTHONPATH=. python bench/bm25_incremental.py [N] [OUT_DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CRANFIELD = Path("/work/shared/datasets/cranfield/corpus.jsonl")
+
+
+class FakeStore:
+    """What ``_sync_bm25`` reads of a store: its folder, manifest, BM25 settings and analyzer."""
+
+    def __init__(self, path: Path):
+        from kbtool.store import manifest as mf
+
+        self.path = path
+        self.manifest = {"bm25": dict(mf.DEFAULT_PARAMS),
+                         "analyzer": {"lowercase": True, "stopwords": "en", "cjk": "jieba", "stemmer": None}}
+        self.manifest["bm25_built_with"] = mf.bm25_spec(self.manifest)
+
+    def bm25_spec(self):
+        from kbtool.store import manifest as mf
+
+        return mf.bm25_spec(self.manifest)
+
+    @property
+    def analyzer(self):
+        from kbtool.store.analyzer import Analyzer, AnalyzerConfig
+
+        return Analyzer(AnalyzerConfig.from_dict(self.manifest["analyzer"]))
+
+
+def corpus(n: int) -> list[dict]:
+    docs = [json.loads(line) for line in CRANFIELD.read_text().splitlines()]
+    rows = []
+    for i in range(n):
+        d = docs[i % len(docs)]
+        rows.append({"chunk_id": f"c{i:06d}", "prefix": d["title"], "content_hash": f"h{i}",
+                     "text": f"{d['text']} reference code ref-{i:06d} batch b{i // 20:05d}"})
+    return rows
+
+
+def main() -> None:
+    from kbtool.index import _sync_bm25
+    from kbtool.store.bm25 import BM25Index
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp())
+    store = FakeStore(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = corpus(n)
+    wanted = {r["chunk_id"]: r["content_hash"] for r in rows}
+    t = time.perf_counter()
+    _sync_bm25(store, rows, wanted, 1, force=True)
+    print(f"full build of {n} rows: {time.perf_counter() - t:.2f} s")
+
+    questions = [json.loads(line)["title"] for line in CRANFIELD.read_text().splitlines()[:100]]
+
+    def query_p50(label):
+        index = BM25Index.load(out / "bm25")
+        an = store.analyzer
+        times = []
+        for q in questions:
+            t0 = time.perf_counter()
+            index.top(index.scores(an(q)), 20)
+            times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for q in questions:
+            index.top(index.scores(an(q)), 20)
+        warm = (time.perf_counter() - t0) / len(questions)
+        print(f"query {label}: p50 {np.median(times) * 1000:.2f} ms (first pass), warm mean {warm * 1000:.2f} ms")
+
+    query_p50("without a delta")
+    # one document changed: its 20 chunks get new text (a new word only they hold)
+    for step in range(3):
+        for r in rows[100 * step : 100 * step + 20]:
+            r["text"] += f" zyxword{step}"
+            r["content_hash"] += "x"
+        wanted = {r["chunk_id"]: r["content_hash"] for r in rows}
+        t = time.perf_counter()
+        rebuilt = _sync_bm25(store, rows, wanted, 2 + step, force=False)
+        print(f"one-document change #{step + 1} (20 chunks): {time.perf_counter() - t:.3f} s (rebuilt={rebuilt})")
+    query_p50("with a delta")
+
+
+if __name__ == "__main__":
+    main()
