@@ -35,13 +35,14 @@ def idf(method: str, df: int, n: int) -> float:
     return float(_bm25s().scoring._select_idf_scorer(method)(df, N=max(n, df, 1)))
 
 
+FAST_METHODS = ("lucene",)  # built from raw postings by ``_index_from_raw`` (bit for bit bm25s's numbers)
 RAW_FILE = "raw_postings.npz"  # term frequencies and chunk lengths: BM25 over any subset of the rows
 
 
 def _raw_postings(vocab: dict[str, int], tokens: list[list[str]]) -> dict[str, np.ndarray]:
     """Term frequency of every (token, row) pair as a CSC matrix (rows ascending per token) and each
     row's length in tokens: what BM25 statistics over a subset of the rows are computed from.
-    Vectorised: one pass maps the tokens to ids, numpy counts the (token, row) pairs."""
+    Vectorised: one pass maps the tokens to ids, a sort counts the (token, row) pairs."""
     from itertools import chain
 
     n = len(tokens)
@@ -49,19 +50,56 @@ def _raw_postings(vocab: dict[str, int], tokens: list[list[str]]) -> dict[str, n
     total = int(doc_len.sum())
     cols = np.fromiter(map(vocab.__getitem__, chain.from_iterable(tokens)), dtype=np.int64, count=total)
     rows = np.repeat(np.arange(n, dtype=np.int64), doc_len)
-    return _csc(cols, rows, np.ones(total, dtype=np.float32), len(vocab), max(n, 1), doc_len)
+    return _csc(cols, rows, None, len(vocab), max(n, 1), doc_len)
 
 
-def _csc(cols: np.ndarray, rows: np.ndarray, tf: np.ndarray, n_terms: int, n_rows: int,
+def _csc(cols: np.ndarray, rows: np.ndarray, tf: np.ndarray | None, n_terms: int, n_rows: int,
          doc_len: np.ndarray) -> dict[str, np.ndarray]:
-    """Raw postings from (term, row, count) triples; repeated pairs are summed."""
-    key, inverse = np.unique(cols * n_rows + rows, return_inverse=True)  # sorted: by term, then row
-    counts = np.bincount(inverse.ravel(), weights=tf, minlength=len(key))
-    cols_u = key // n_rows
+    """Raw postings from (term, row) pairs: ``tf`` None counts repeated pairs (one per token
+    occurrence), else ``tf`` is each (distinct) pair's count."""
+    key = cols * n_rows + rows
+    if tf is None:
+        key = np.sort(key)
+        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key
+        tf = np.diff(np.append(starts, len(key))).astype(np.float32)
+        key = key[starts]
+    else:
+        order = np.argsort(key, kind="stable")
+        key, tf = key[order], np.asarray(tf, dtype=np.float32)[order]
     indptr = np.zeros(n_terms + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cols_u, minlength=n_terms), out=indptr[1:])
-    return {"indptr": indptr, "rows": (key % n_rows).astype(np.int32), "tf": counts.astype(np.float32),
+    np.cumsum(np.bincount(key // n_rows, minlength=n_terms), out=indptr[1:])
+    return {"indptr": indptr, "rows": (key % n_rows).astype(np.int32), "tf": tf,
             "doc_len": np.asarray(doc_len, dtype=np.int64)}
+
+
+def _index_from_raw(params: dict, vocab: dict[str, int], raw: dict[str, np.ndarray]):
+    """A bm25s retriever whose stored scores are computed from raw postings, vectorised: the same
+    float32 numbers bm25s's own (per-document Python) indexing gives — Lucene's IDF per distinct
+    document frequency by bm25s's scorer, tf / (k1 x ((1 - b) + b x len / avg) + tf) in float64,
+    their product stored as float32 — in a tenth of the time at 100k chunks."""
+    bm25s = _bm25s()
+    r = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
+    n = len(raw["doc_len"])
+    df = np.diff(raw["indptr"])
+    score_idf = _select_idf(r.idf_method)
+    distinct, which = np.unique(df, return_inverse=True)
+    idf_arr = np.array([score_idf(int(d), N=n) if d else 0.0 for d in distinct], dtype=r.dtype)[which]
+    avg = raw["doc_len"].mean()
+    cols = np.repeat(np.arange(len(df), dtype=np.int64), df)
+    tf = raw["tf"].astype(np.float64)
+    lengths = raw["doc_len"][raw["rows"]]
+    tfc = tf / (r.k1 * ((1 - r.b) + r.b * lengths / avg) + tf)
+    data = (idf_arr[cols].astype(np.float64) * tfc).astype(r.dtype)
+    r.scores = {"data": data, "indices": raw["rows"].astype(r.int_dtype), "indptr": raw["indptr"].copy(),
+                "num_docs": n}
+    r.vocab_dict = dict(vocab)
+    r.unique_token_ids_set = set(r.vocab_dict.values())
+    r.nonoccurrence_array = None
+    return r
+
+
+def _select_idf(method: str):
+    return _bm25s().scoring._select_idf_scorer(method)
 
 
 class Scoped:
@@ -243,12 +281,20 @@ class BM25Index:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         if chunk_ids:
-            bm25s = _bm25s()
+            from itertools import chain
+
             params = effective_params(params)
-            retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
-            retriever.index(tokens, show_progress=False)
+            if params["method"] in FAST_METHODS:
+                vocab = {t: i for i, t in enumerate(dict.fromkeys(chain.from_iterable(tokens)))}
+                vocab.setdefault("", len(vocab))  # as bm25s: an empty token, held by no row
+                raw = _raw_postings(vocab, tokens)
+                retriever = _index_from_raw(params, vocab, raw)
+            else:  # BM25L, BM25+: bm25s's own indexing (their scores need its non-occurrence array)
+                retriever = _bm25s().BM25(k1=params["k1"], b=params["b"], method=params["method"])
+                retriever.index(tokens, show_progress=False)
+                raw = _raw_postings(retriever.vocab_dict, tokens)
             retriever.save(str(tmp), show_progress=False)
-            np.savez(tmp / RAW_FILE, **_raw_postings(retriever.vocab_dict, tokens))
+            np.savez(tmp / RAW_FILE, **raw)
         (tmp / "chunk_ids.json").write_text(json.dumps(chunk_ids))
         if hashes is not None:
             (tmp / ROWS_FILE).write_text(json.dumps({"id": uuid.uuid4().hex, "hashes": hashes}))
