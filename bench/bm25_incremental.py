@@ -111,5 +111,64 @@ def main() -> None:
     query_p50("with a delta")
 
 
+
+def real_store(path: str, questions: str) -> None:
+    """On a COPY of a real store (``bench/scale.py``'s kb-100000): a forced full BM25 build, one
+    document's chunks changed in the rows handed to ``_sync_bm25`` (the catalog is not touched),
+    and query times (p50 over the questions; unfiltered, and with a filter) without and with the
+    delta. ``PYTHONPATH=. python bench/bm25_incremental.py --store COPY QUESTIONS.jsonl``"""
+    from kbtool.index import _sync_bm25
+    from kbtool.store import Store
+
+    store = Store.open(path)
+    qs = [json.loads(line).get("question") or json.loads(line).get("text") for line in
+          Path(questions).read_text().splitlines()[:100]]
+    with store.writing():
+        gen = store.generation()
+        t = time.perf_counter()
+        rows = [dict(r) for r in store.catalog.chunks_for_index()]
+        wanted = store.index_targets()
+        print(f"catalog rows + targets ({len(rows)} chunks): {time.perf_counter() - t:.2f} s")
+        t = time.perf_counter()
+        _sync_bm25(store, rows, wanted, gen, force=True)
+        print(f"full BM25 build: {time.perf_counter() - t:.2f} s")
+        _queries(store, qs, "base only")
+        doc = rows[len(rows) // 2]["chunk_id"].split("#")[0]
+        for step in range(3):
+            changed = [r for r in rows if r["chunk_id"].split("#")[0] == doc][:20]
+            for r in changed:
+                r["text"] = r["text"] + f" zyxword{step}"
+                wanted[r["chunk_id"]] += "x"
+            t = time.perf_counter()
+            rebuilt = _sync_bm25(store, rows, wanted, gen, force=False)
+            print(f"one-document change #{step + 1} ({len(changed)} chunks of {doc}): "
+                  f"{time.perf_counter() - t:.3f} s (rebuilt={rebuilt})")
+        store.save_manifest()
+    _queries(store, qs, "with a delta")
+
+
+def _queries(store, qs, label):
+    from kbtool.store.bm25 import BM25Index
+
+    t = time.perf_counter()
+    index = BM25Index.current(store.path / "bm25", None)
+    print(f"load {label}: {time.perf_counter() - t:.3f} s (delta rows: "
+          f"{0 if getattr(index, 'delta', None) is None else len(index.delta.chunk_ids)})")
+    allowed = {c for c in index.chunk_ids[::3]}  # a filter allowing a third of the chunks
+    mask, scoped = index.mask(allowed), index.scoped(index.mask(allowed))
+    for name, m, sc in (("unfiltered", None, None), ("filtered+scoped", mask, scoped)):
+        times = []
+        for q in qs:
+            t0 = time.perf_counter()
+            index.top(index.scores(store.analyzer(q), m, sc), 20)
+            times.append(time.perf_counter() - t0)
+        print(f"  query {label}, {name}: p50 {np.median(times) * 1000:.2f} ms, p90 {np.quantile(times, 0.9) * 1000:.2f} ms")
+
+
+if __name__ == "__main__" and "--store" in sys.argv:
+    real_store(sys.argv[sys.argv.index("--store") + 1], sys.argv[sys.argv.index("--store") + 2])
+    sys.exit(0)
+
+
 if __name__ == "__main__":
     main()
