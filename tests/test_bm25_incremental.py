@@ -320,3 +320,46 @@ def test_a_full_build_from_raw_postings_equals_bm25s_own_indexing(tmp_path):
         q = rng.sample([t for t in theirs.vocab_dict if t], rng.randint(1, 5))
         assert np.array_equal(ours.get_scores([ours.vocab_dict[t] for t in q]),
                               theirs.get_scores([theirs.vocab_dict[t] for t in q]))
+
+
+def test_a_reader_racing_a_switch_retries_with_the_new_record(tmp_path, fake_embedder, monkeypatch):
+    """A reader that read the state record just before a writer switched twice (its delta removed)
+    or rebuilt whole (its delta belongs to another base) never loads a mismatched pair: the load
+    fails and ``current`` retries once with the record on disk."""
+    files = _files(seed=7)
+    store = _fresh(tmp_path, files, fake_embedder, "a")
+    bm25_dir = store.path / "bm25"
+    files = _change(files, 0)
+    _write_tree(tmp_path / "a" / "d", files)
+    _ingest(store, tmp_path / "a" / "d", fake_embedder)
+    stale = bm25.BM25Index.state(bm25_dir)
+    for step in (1, 2):
+        files = _change(files, step)
+        _write_tree(tmp_path / "a" / "d", files)
+        _ingest(store, tmp_path / "a" / "d", fake_embedder)
+    assert not (bm25_dir / stale["delta"]).exists()  # removed: two switches since
+    with pytest.raises(Exception, match="damaged"):
+        bm25.BM25Index.load(bm25_dir, stale)
+    real_state = bm25.BM25Index.state
+    calls = []
+
+    def first_stale(path):
+        calls.append(path)
+        return stale if len(calls) == 1 else real_state(path)
+
+    monkeypatch.setattr(bm25.BM25Index, "state", staticmethod(first_stale))
+    index = bm25.BM25Index.current(bm25_dir, None)
+    assert index.loaded_state == real_state(bm25_dir) and sorted(index.chunk_ids) == sorted(store.index_targets())
+    monkeypatch.undo()
+    # a delta record read before a full rebuild swapped another base in
+    monkeypatch.setattr(bm25, "DELTA_MIN_ROWS", 0)
+    monkeypatch.setattr(bm25, "DELTA_FRACTION", 0.5)
+    before = bm25.BM25Index.state(bm25_dir)
+    delta_copy = tmp_path / "kept-delta"
+    shutil.copytree(bm25_dir / before["delta"], delta_copy)
+    from kbtool.index import index as run_index
+
+    run_index(store, embedder=fake_embedder, rebuild=True)
+    shutil.copytree(delta_copy, bm25_dir / before["delta"])  # as if still readable in the new base
+    with pytest.raises(Exception, match="another base"):
+        bm25.BM25Index.load(bm25_dir, before)
