@@ -1,5 +1,6 @@
 """Bring every index in line with the catalog: embed what is new (or take it from the embedding
-cache), write and delete vectors, rebuild BM25 when what it holds is not the catalog's chunk set.
+cache), write and delete vectors, bring BM25 in line when what it holds is not the catalog's chunk set
+(a delta segment for a small change, else a rebuild).
 
 The catalog is the truth; an index is only ever *behind* it. Vectors are committed to the cache
 batch by batch (an interrupted run keeps what it paid for), the vector index is written next,
