@@ -1,5 +1,6 @@
 """Bring every index in line with the catalog: embed what is new (or take it from the embedding
-cache), write and delete vectors, rebuild BM25 when what it holds is not the catalog's chunk set.
+cache), write and delete vectors, bring BM25 in line when what it holds is not the catalog's chunk set
+(a delta segment for a small change, else a rebuild).
 
 The catalog is the truth; an index is only ever *behind* it. Vectors are committed to the cache
 batch by batch (an interrupted run keeps what it paid for), the vector index is written next,
@@ -87,8 +88,8 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
     rows = store.catalog.chunks_for_index()
     report.chunks = len(rows)
     wanted = store.index_targets()
-    changed = _sync_vectors(store, "dense", embedder, rows, wanted, report, progress, rebuild)
-    report.bm25_rebuilt = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild or changed))
+    _sync_vectors(store, "dense", embedder, rows, wanted, report, progress, rebuild)
+    report.bm25_rebuilt = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))
     store.manifest["indexed_generation"] = generation
     store.save_manifest()
     for name in store.dense_retrievers()[1:]:
@@ -167,22 +168,79 @@ def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: Inde
 
 
 def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool) -> bool:
-    """Rebuild BM25 whenever what it holds is not the catalog's chunk set — decided from its own
-    record, never from the vector index (a sync killed after the vector writes left that current)."""
+    """Bring BM25 in line with the catalog's chunk set whenever what it holds is not that set —
+    decided from its own record, never from the vector index (a sync killed after the vector
+    writes left that current). A change small against the base is written as a delta segment
+    (the analyzer runs on the new and changed chunks only); a large one, ``force`` (``--rebuild``)
+    or new settings rebuild it whole. True if it was rebuilt whole."""
     bm25_dir = store.path / "bm25"
     built_with = mf.bm25_built_with(store.manifest)  # read before the manifest's bm25 moves on
     store.manifest["bm25"] = effective_params(store.manifest["bm25"])  # a robertson store moves to Lucene's IDF
     spec = store.bm25_spec()
     digest = mf.bm25_digest(wanted, spec)
     state = BM25Index.state(bm25_dir)
-    rebuilt = (force or BM25Index.chunk_ids_on_disk(bm25_dir) is None or built_with != spec
-               or state.get("digest") != digest)
-    if rebuilt:
-        analyzer = store.analyzer
-        BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],
-                        [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], store.manifest["bm25"],
-                        state={"generation": generation, "digest": digest})
-    elif state.get("generation") != generation:
-        BM25Index.set_state(bm25_dir, {"generation": generation, "digest": digest})
+    on_disk = BM25Index.chunk_ids_on_disk(bm25_dir)
+    record = {"generation": generation, "digest": digest}
+    if not (force or on_disk is None or built_with != spec or state.get("digest") != digest):
+        if state.get("generation") != generation:
+            BM25Index.set_state(bm25_dir, {**state, **record})  # the delta it names, if any, stays
+        store.manifest["bm25_built_with"] = spec
+        return False
+    delta = None if force or on_disk is None or built_with != spec else _bm25_delta(store, bm25_dir, rows, wanted, state)
+    if delta is not None:
+        BM25Index.write_delta(bm25_dir, delta, record)
+        store.manifest["bm25_built_with"] = spec
+        return False
+    analyzer = store.analyzer
+    BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],
+                    [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], store.manifest["bm25"],
+                    state=record, hashes=[wanted[r["chunk_id"]] for r in rows])
     store.manifest["bm25_built_with"] = spec
-    return rebuilt
+    return True
+
+
+def _bm25_delta(store, bm25_dir, rows, wanted: dict[str, str], state: dict):
+    """The delta segment that brings the base on disk to ``wanted``: its rows are every wanted chunk
+    the base does not hold with the same index hash (taken from the delta before when it holds
+    them, else analysed now), its dead rows the base rows not wanted as they are. None when the
+    base cannot take one (built before row hashes, too small) or the change passes the bound
+    (``bm25.DELTA_FRACTION`` of the base rows): then BM25 is rebuilt whole (compaction)."""
+    from .store import bm25
+
+    base = BM25Index.base_rows(bm25_dir)
+    try:
+        base_ids = json.loads((bm25_dir / "chunk_ids.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (base is None or len(base["hashes"]) != len(base_ids) or len(base_ids) < bm25.DELTA_MIN_ROWS
+            or not (bm25_dir / bm25.RAW_FILE).exists()):
+        return None
+    old = None
+    if state.get("delta"):
+        try:
+            old = bm25.Delta.load(bm25_dir / state["delta"])
+        except Exception:  # noqa: BLE001 - a damaged delta: rebuild
+            return None
+        if old.base != base["id"]:
+            return None
+    alive = np.fromiter((wanted.get(c) == h for c, h in zip(base_ids, base["hashes"])), dtype=bool, count=len(base_ids))
+    dead = np.flatnonzero(~alive)
+    held = {c for c, a in zip(base_ids, alive.tolist()) if a}
+    todo = [r for r in rows if r["chunk_id"] not in held]
+    limit = bm25.DELTA_FRACTION * len(base_ids)
+    if len(todo) > limit or len(dead) > limit or not (held or todo):
+        return None
+    parts, ids, hashes = [], [], []
+    if old is not None:
+        keep = np.fromiter((wanted.get(c) == h and c not in held for c, h in zip(old.chunk_ids, old.hashes)),
+                           dtype=bool, count=len(old.chunk_ids))
+        parts.append((old.terms, bm25._select_rows(old.raw, keep)))
+        ids = [c for c, k in zip(old.chunk_ids, keep.tolist()) if k]
+        hashes = [wanted[c] for c in ids]
+    kept = set(ids)
+    new = [r for r in todo if r["chunk_id"] not in kept]
+    analyzer = store.analyzer
+    parts.append(bm25._terms_and_postings([analyzer(embed_text(r["prefix"], r["text"])) for r in new]))
+    terms, raw = bm25._merge_segments(parts)
+    return bm25.Delta(base["id"], ids + [r["chunk_id"] for r in new], hashes + [wanted[r["chunk_id"]] for r in new],
+                      terms, raw, dead)

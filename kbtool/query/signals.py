@@ -41,22 +41,14 @@ def term_weights(index, terms: list[str], mask: np.ndarray | None) -> dict[str, 
     rarer than Zipf 4.5 (``wordfreq``: 'laptop' 4.2, 'mangum' 2.2, an identifier 0), falling to 0 at
     Zipf 5.5 ('my' 6.6, 'something' 5.8, 'i' 7.1). A knowledge base written in the third person
     never holds 'I' or 'my'; that says nothing about whether it answers the question."""
-    from ..store.bm25 import DEFAULT_PARAMS, idf
+    from ..store.bm25 import idf
 
     if index is None or index.retriever is None:
         return {}
-    n = len(index.chunk_ids) if mask is None else int(mask.sum())
-    method = getattr(index.retriever, "idf_method", None) or DEFAULT_PARAMS["method"]
-    vocab = index.retriever.vocab_dict
+    n, method = index.n_rows(mask), index.idf_method
     out: dict[str, tuple[float, bool]] = {}
     for t in dict.fromkeys(terms):
-        df = 0
-        tid = vocab.get(t)
-        if tid is not None:
-            rows, _ = index._postings(tid)
-            df = int(mask[rows].sum()) if mask is not None else len(rows)
-            if not len(rows):  # a Robertson index keeps no postings for a term in most chunks
-                df = n
+        df = index.df(t, mask)  # over the live rows of every segment
         out[t] = (idf(method, df, max(n, 1)) * informativeness(t), df > 0)
     return out
 
