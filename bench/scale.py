@@ -257,6 +257,7 @@ def worker_update(size: int) -> dict:
     out.update(one_file_s=round(time.perf_counter() - t, 2), one_file_updated=len(rep.updated),
                one_file_embedded=rep.index.embedded if rep.index else 0,
                one_file_bm25_rebuilt=bool(rep.index and rep.index.bm25_rebuilt),
+               one_file_bm25_delta=rep.index.bm25_delta if rep.index else 0,
                one_file_index_timings=getattr(rep.index, "timings", None))
     target.write_text(text)  # back as it was (the next run starts from the corpus as generated)
     t = time.perf_counter()

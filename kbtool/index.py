@@ -34,6 +34,7 @@ class IndexReport:
     upserted: int = 0
     deleted: int = 0
     bm25_rebuilt: bool = False
+    bm25_delta: int = 0  # chunks the BM25 delta segment written now holds (0: none written)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +90,7 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
     report.chunks = len(rows)
     wanted = store.index_targets()
     _sync_vectors(store, "dense", embedder, rows, wanted, report, progress, rebuild)
-    report.bm25_rebuilt = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))
+    report.bm25_rebuilt, report.bm25_delta = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))
     store.manifest["indexed_generation"] = generation
     store.save_manifest()
     for name in store.dense_retrievers()[1:]:
@@ -167,12 +168,12 @@ def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: Inde
     return bulk
 
 
-def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool) -> bool:
+def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool) -> tuple[bool, int]:
     """Bring BM25 in line with the catalog's chunk set whenever what it holds is not that set —
     decided from its own record, never from the vector index (a sync killed after the vector
     writes left that current). A change small against the base is written as a delta segment
     (the analyzer runs on the new and changed chunks only); a large one, ``force`` (``--rebuild``)
-    or new settings rebuild it whole. True if it was rebuilt whole."""
+    or new settings rebuild it whole. Returns (rebuilt whole, rows of a delta written now)."""
     bm25_dir = store.path / "bm25"
     built_with = mf.bm25_built_with(store.manifest)  # read before the manifest's bm25 moves on
     store.manifest["bm25"] = effective_params(store.manifest["bm25"])  # a robertson store moves to Lucene's IDF
@@ -185,18 +186,18 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
         if state.get("generation") != generation:
             BM25Index.set_state(bm25_dir, {**state, **record})  # the delta it names, if any, stays
         store.manifest["bm25_built_with"] = spec
-        return False
+        return False, 0
     delta = None if force or on_disk is None or built_with != spec else _bm25_delta(store, bm25_dir, rows, wanted, state)
     if delta is not None:
         BM25Index.write_delta(bm25_dir, delta, record)
         store.manifest["bm25_built_with"] = spec
-        return False
+        return False, len(delta.chunk_ids)
     analyzer = store.analyzer
     BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],
                     [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], store.manifest["bm25"],
                     state=record, hashes=[wanted[r["chunk_id"]] for r in rows])
     store.manifest["bm25_built_with"] = spec
-    return True
+    return True, 0
 
 
 def _bm25_delta(store, bm25_dir, rows, wanted: dict[str, str], state: dict):

@@ -141,6 +141,7 @@ def test_add_change_delete_write_a_delta_equal_to_a_rebuild(tmp_path, fake_embed
         _write_tree(tmp_path / "a" / "d", files)
         reports = _ingest(store, tmp_path / "a" / "d", fake_embedder)
         assert not any(r.index.bm25_rebuilt for r in reports)  # no full rebuild: deltas
+        assert any(r.index.bm25_delta > 0 for r in reports)  # and the report says a delta was written
         name = _delta_name(store)
         assert name and (store.path / "bm25" / name).is_dir()
         assert len(list((store.path / "bm25").glob("delta-*"))) <= 2  # older deltas are removed

@@ -58,7 +58,8 @@ def index(
                       "dense:use-m); `kbtool calibrate` tunes its weights", highlight=False)
         out.print(f"{report.chunks} chunks: {report.embedded} embedded, {report.from_cache} from cache, "
                   f"{report.upserted} written, {report.deleted} deleted"
-                  + (", BM25 rebuilt" if report.bm25_rebuilt else ""), highlight=False)
+                  + (", BM25 rebuilt" if report.bm25_rebuilt else "")
+                  + (f", BM25 delta of {report.bm25_delta} chunks" if report.bm25_delta else ""), highlight=False)
 
 
 def _drop(kb, name: str) -> bool:
