@@ -79,7 +79,7 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
             # The analyser keeps an identifier whole: a chunk holds it iff BM25 has the token (a
             # scan of every chunk's text costs 280 ms at 100k chunks, and would count KB-1-990 as
             # holding KB-1-99)
-            held = index.has_term(whole, mask)
+            held = index.has_term(whole, mask) or _inside_longer(index, whole, mask)
         else:
             held = store.any_chunk_contains(ident["text"], allowed)
         if not held:
@@ -148,6 +148,7 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
 # it (a store of 100k chunks held 60k KB-… codes: comparing all took 4 s per refused question,
 # 100 take 7 ms).
 SIBLINGS = 100
+_JOINED = re.compile(r"[-_./:]")
 
 
 class _Vocabulary:
@@ -156,6 +157,7 @@ class _Vocabulary:
     def __init__(self, terms: list[str]):
         self.sorted = sorted(terms)
         self.by_initial: dict[str, list[str]] = {}
+        self.compound = [t for t in self.sorted if _JOINED.search(t)]  # identifiers of several parts
         for t in self.sorted:
             self.by_initial.setdefault(t[:1], []).append(t)
 
@@ -174,6 +176,14 @@ class _Vocabulary:
 
 
 _VOCABS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _inside_longer(index, whole: str, mask) -> bool:
+    """Whether a (permitted) chunk holds identifier ``whole`` inside a longer one the analyser kept
+    whole instead (``client.sync.timeout_ms``, ``tw-e1042/tw-e1043``): a token holding it between
+    separators (``kb-1-990`` does not hold ``kb-1-99``)."""
+    bounded = re.compile(r"(?<![^\W_])" + re.escape(whole) + r"(?![^\W_])")
+    return any(whole in t and bounded.search(t) and index.has_term(t, mask) for t in _vocab(index).compound)
 
 
 def _vocab(index) -> _Vocabulary:
