@@ -51,3 +51,57 @@ def test_an_identifier_inside_a_longer_one_is_not_reported_missing(tmp_path, fak
     # an identifier no chunk holds is still missing, and a longer one does not hold a prefix of it
     p = preprocess("How do I fix TW-E104?", c)
     assert missing_terms(store, p, [], None) == ["TW-E104"]
+
+
+class _OtherModel:
+    """The fake embedder's model id serving other vectors (what ``index --rebuild`` is for: the
+    model behind a name changed)."""
+
+    def __init__(self, base):
+        self.base, self.spec, self.model_id = base, base.spec, base.model_id
+        self.dim, self.max_tokens, self.runtime = base.dim, base.max_tokens, "fake"
+
+    def count_tokens(self, text):
+        return self.base.count_tokens(text)
+
+    def embed(self, texts, progress=None):
+        return self.base.embed(texts, progress)[:, ::-1].copy()  # the same width, other directions
+
+    def embed_queries(self, texts):
+        return self.embed(texts)
+
+    def for_bulk(self, total):
+        return self
+
+
+DOCS = {f"d{i}.md": f"# Doc {i}\n\nTopic {i}: the agent {w} after a network timeout; restart it.\n"
+        for i, w in enumerate(["stops syncing", "drops uploads", "loses the token", "rejects the proxy",
+                               "fills the quota", "forgets the key", "slows down", "crashes"])}
+
+
+def _native(store, vecs, sc, depth):
+    """What Chroma's own filter gives (the small-store way), filtered to the scope."""
+    return [[x for x in lst if x[0] in sc.allowed][:depth]
+            for lst in store.vectors.search(vecs, depth + sc.extra_dense, sc.allowed_docs)]
+
+
+def _ids_scores(lists):
+    return [[(c, round(s, 4)) for c, s in lst] for lst in lists]
+
+
+def test_vectors_held_for_a_filter_do_not_outlive_a_rebuild_in_the_same_process(tmp_path, fake_embedder, monkeypatch):
+    from kbtool.index import index
+
+    monkeypatch.setattr(filtered, "NATIVE_MAX", 0)
+    store = _store(tmp_path, fake_embedder, DOCS)
+    sc = scope(store, contract(), ["doc_id=d0.md|d1.md|d2.md|d3.md|d4.md"])
+    assert 0 < len(sc.allowed) < store.chunk_total()
+    vecs = fake_embedder.embed_queries(["the agent stops syncing"])
+    before = store.dense_search(vecs, 3, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)
+    assert _ids_scores(before) == _ids_scores(_native(store, vecs, sc, 3))
+    other = _OtherModel(fake_embedder)
+    index(store, embedder=other, rebuild=True)
+    assert store.generation() == store.generation() and scope(store, contract(), ["doc_id=d0.md|d1.md|d2.md|d3.md|d4.md"]) is sc
+    vecs = other.embed_queries(["the agent stops syncing"])
+    got = store.dense_search(vecs, 3, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)
+    assert _ids_scores(got) == _ids_scores(_native(store, vecs, sc, 3))
