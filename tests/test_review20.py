@@ -105,3 +105,37 @@ def test_vectors_held_for_a_filter_do_not_outlive_a_rebuild_in_the_same_process(
     vecs = other.embed_queries(["the agent stops syncing"])
     got = store.dense_search(vecs, 3, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)
     assert _ids_scores(got) == _ids_scores(_native(store, vecs, sc, 3))
+
+
+def test_masks_held_by_bm25_survive_concurrent_request_threads(tmp_path, fake_embedder, monkeypatch):
+    """``kbtool serve`` answers on several threads over one BM25 index: masks of more scopes than it
+    keeps, asked for at once, must not fail a request ('dictionary changed size during iteration')."""
+    import sys
+    import threading
+
+    store = _store(tmp_path, fake_embedder, DOCS)
+    index = store.bm25()
+    ids = sorted(c for c, _, _ in store.chunk_metadata())
+    scopes = [set(ids[i:i + 3]) for i in range(len(ids))] * 4  # more distinct sets than are held
+    scopes = [set(s) for s in scopes]
+    errors: list[str] = []
+
+    def work(offset: int) -> None:
+        try:
+            for n in range(3000):
+                s = scopes[(n + offset) % len(scopes)]
+                assert index.held("mask", s).sum() == len(s)
+        except Exception as exc:  # noqa: BLE001 - the failure a request would see
+            errors.append(repr(exc))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(i * 7,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
