@@ -139,3 +139,24 @@ def test_masks_held_by_bm25_survive_concurrent_request_threads(tmp_path, fake_em
     finally:
         sys.setswitchinterval(old)
     assert errors == []
+
+
+def test_suggestions_of_a_restricted_caller_do_not_depend_on_hidden_identifiers(tmp_path, fake_embedder):
+    """A restricted caller gets what a store without the hidden documents gives: siblings of a
+    missing identifier that only hidden chunks hold must not crowd out the one it may read (the
+    nearest 100 in sorted order, and the 6 closest in spelling, were picked among every term)."""
+    from kbtool.query.decide import suggestions
+
+    public = {"tickets.md": "# Tickets\n\nTicket KB-1-900 covers the proxy that drops uploads.\n"}
+    secret = {f"codes{j}.md": f"# Codes {j}\n\n" + " ".join(f"KB-1-{n}" for n in range(100 + 100 * j, 200 + 100 * j)) + "\n"
+              for j in range(4)}
+    full = _store(tmp_path / "full", fake_embedder, public, secret)
+    alone = _store(tmp_path / "alone", fake_embedder, public)
+    c = contract("access.principals={guest: [public], cfo: [finance]}")
+    got = suggestions(full, ["KB-1-260"], scope(full, c, [], "guest").allowed, [], None)
+    want = suggestions(alone, ["KB-1-260"], scope(alone, c, [], "guest").allowed, [], None)
+    assert want == ["instead of 'KB-1-260', the index has: kb-1-900"]
+    assert got == want
+    # the caller who may read them is offered siblings among them
+    cfo = suggestions(full, ["KB-1-260"], scope(full, c, [], "cfo").allowed, [], None)
+    assert len(cfo) == 1 and "kb-1-2" in cfo[0] and "kb-1-900" not in cfo[0]
