@@ -160,3 +160,25 @@ def test_suggestions_of_a_restricted_caller_do_not_depend_on_hidden_identifiers(
     # the caller who may read them is offered siblings among them
     cfo = suggestions(full, ["KB-1-260"], scope(full, c, [], "cfo").allowed, [], None)
     assert len(cfo) == 1 and "kb-1-2" in cfo[0] and "kb-1-900" not in cfo[0]
+
+
+def test_the_exact_filtered_search_breaks_ties_by_id_at_the_depth(tmp_path, fake_embedder, monkeypatch):
+    """Copies of one text (the same vector) tied at the last place a question keeps: the chunks kept
+    are the first by id, as ``dense_search`` promises and the read-only engine does, not whichever
+    a partial sort leaves there."""
+    import random
+
+    texts = ["The agent stops syncing after a network timeout.", "The agent stops syncing.",
+             "The agent restarts after a timeout."]
+    rnd = random.Random(7)
+    docs = {f"d{i:03d}.md": f"# Notice\n\n{rnd.choice(texts)}\n" for i in range(120)}
+    docs["zz.md"] = "# Other\n\nInvoices are sent monthly.\n"
+    store = _store(tmp_path, fake_embedder, docs)
+    monkeypatch.setattr(filtered, "NATIVE_MAX", 0)
+    sc = scope(store, contract(), ["doc_id=d*"])
+    vecs = fake_embedder.embed_queries(["the agent stops syncing after a network timeout"])
+    full = store.dense_search(vecs, len(sc.allowed), sc.allowed_docs, allowed=sc.allowed)[0]
+    assert len({round(x, 5) for _, x in full}) == 3  # three scores, each shared by many chunks
+    for depth in range(1, len(full)):
+        got = store.dense_search(vecs, depth, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)[0]
+        assert [c for c, _ in got] == [c for c, _ in full[:depth]], depth

@@ -104,6 +104,9 @@ class FilteredSearch:
         out = []
         for row in scores:
             n = min(depth, len(ids))
-            best = np.argpartition(-row, n - 1)[:n] if n < len(ids) else np.arange(len(ids))
-            out.append(sorted(((ids[j], float(row[j])) for j in best), key=lambda x: (-x[1], x[0])))
+            if n < len(ids):  # the n best, and every chunk tied with the last of them: ties go by id
+                best = np.flatnonzero(row >= row[np.argpartition(-row, n - 1)[n - 1]])
+            else:
+                best = np.arange(len(ids))
+            out.append(sorted(((ids[j], float(row[j])) for j in best), key=lambda x: (-x[1], x[0]))[:n])
         return out
