@@ -182,3 +182,19 @@ def test_the_exact_filtered_search_breaks_ties_by_id_at_the_depth(tmp_path, fake
     for depth in range(1, len(full)):
         got = store.dense_search(vecs, depth, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)[0]
         assert [c for c, _ in got] == [c for c, _ in full[:depth]], depth
+
+
+def test_a_chroma_url_with_credentials_is_refused_without_showing_them(tmp_path):
+    """--chroma-url http://user:password@host or ?token=...: refused (credentials come from the
+    environment), and the refusal, printed to a terminal or a CI log, must not repeat them."""
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+
+    write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
+    for url in ("http://admin:hunter2@127.0.0.1:1", "http://127.0.0.1:1/?token=hunter2",
+                "http://admin:hunter2@127.0.0.1:99999"):
+        r = CliRunner().invoke(app, ["ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb"), "--chroma-url", url])
+        assert r.exit_code == 2, r.output
+        assert "--chroma-url" in r.output and "hunter2" not in r.output, r.output
+        assert not (tmp_path / "kb").exists()
