@@ -135,9 +135,10 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
             pool = [v for v in vocab.prefixed(stem, near=word, limit=SIBLINGS, keep=keep) if v != stem]
             close = difflib.get_close_matches(word, pool, n=6, cutoff=0.3)
         else:
-            pool = [v for v in vocab.initial(word[:1]) if abs(len(v) - len(word)) <= 3 and not v.isdigit()
-                    and (keep is None or keep(v))]
-            close = difflib.get_close_matches(word, pool, n=6, cutoff=0.75)
+            pool = [v for v in vocab.initial(word[:1]) if abs(len(v) - len(word)) <= 3 and not v.isdigit()]
+            # every match, then the caller's 6 best: the 6 best of its own terms, asking about few
+            close = [c for c in difflib.get_close_matches(word, pool, n=max(len(pool), 1), cutoff=0.75)
+                     if keep is None or keep(c)][:6]
         found.append((term, stem == word or len(stem) < 2, [c for c in close if c != word and index.has_term(c, mask)]))
     similar = _meaning(embedder, [(t.lower(), c) for t, is_word, cs in found if is_word for c in cs])
     for term, is_word, close in found:
