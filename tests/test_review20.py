@@ -198,3 +198,22 @@ def test_a_chroma_url_with_credentials_is_refused_without_showing_them(tmp_path)
         assert r.exit_code == 2, r.output
         assert "--chroma-url" in r.output and "hunter2" not in r.output, r.output
         assert not (tmp_path / "kb").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+def test_a_chroma_timeout_that_is_no_number_of_seconds_is_refused(value, tmp_path, monkeypatch):
+    """$KBTOOL_CHROMA_TIMEOUT=nan or inf passed the check (not <= 0) and reached httpx: against a live
+    server, ValueError 'Invalid value NaN' / OverflowError 'timestamp out of range' instead of one line."""
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+    from kbtool.errors import UsageError
+    from kbtool.store.chroma_server import timeout
+
+    monkeypatch.setenv("KBTOOL_CHROMA_TIMEOUT", value)
+    with pytest.raises(UsageError, match="KBTOOL_CHROMA_TIMEOUT"):
+        timeout()
+    write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb"),
+                                 "--chroma-url", "http://127.0.0.1:1"])
+    assert r.exit_code == 2 and "KBTOOL_CHROMA_TIMEOUT" in r.output, r.output

@@ -204,8 +204,8 @@ def timeout() -> float:
         value = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
     except ValueError:
         raise UsageError(f"${TIMEOUT_ENV}={os.environ.get(TIMEOUT_ENV)!r} is not a number of seconds") from None
-    if value <= 0:
-        raise UsageError(f"${TIMEOUT_ENV} must be a positive number of seconds")
+    if not 0 < value < 1e6:  # nan, inf: httpx fails on them (ValueError, OverflowError)
+        raise UsageError(f"${TIMEOUT_ENV} must be a positive number of seconds (below 1000000)")
     return value
 
 
