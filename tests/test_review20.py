@@ -217,3 +217,28 @@ def test_a_chroma_timeout_that_is_no_number_of_seconds_is_refused(value, tmp_pat
     r = CliRunner().invoke(app, ["ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb"),
                                  "--chroma-url", "http://127.0.0.1:1"])
     assert r.exit_code == 2 and "KBTOOL_CHROMA_TIMEOUT" in r.output, r.output
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_malformed_chroma_headers_setting_is_one_line_without_its_token(server, tmp_path):
+    """$CHROMA_SERVER_HEADERS (how the README says to send a server credentials) that chromadb
+    refuses: chromadb's import raised pydantic's ValidationError, printed as an 'Internal error'
+    whose text repeats the value — the bearer token. One line naming the setting instead. A
+    subprocess: chromadb reads the setting once, on import."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
+    env = {**os.environ, "CHROMA_SERVER_HEADERS": '{"Authorization": "Bearer s3cret-token-77"',
+           "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "kbtool", "ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb")]
+    if server:
+        args += ["--chroma-url", "http://127.0.0.1:1"]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "s3cret-token-77" not in out and "Internal error" not in out, out
+    assert "CHROMA_" in out and "chroma_server_headers" in out, out

@@ -171,13 +171,14 @@ def connect(rec: dict):
     from .._env import setup_offline_env
 
     setup_offline_env()
-    import chromadb
+    from .vectors import import_chromadb, settings_error
 
+    chromadb = import_chromadb()
     _, host, port, ssl = parse_url(rec["url"])
     try:
         settings, headers = client_settings()
     except ValueError as exc:  # a setting from the environment chromadb refuses (never echoes a token)
-        raise StoreError(f"the Chroma client settings from the environment are invalid: {_short(str(exc))}") from None
+        raise settings_error(exc) from None
     import httpx
 
     limit = timeout()
