@@ -242,3 +242,35 @@ def test_a_malformed_chroma_headers_setting_is_one_line_without_its_token(server
     assert r.returncode == 1, out
     assert "s3cret-token-77" not in out and "Internal error" not in out, out
     assert "CHROMA_" in out and "chroma_server_headers" in out, out
+
+
+def test_vectors_a_query_loaded_while_a_writer_indexed_are_not_held_past_the_write(tmp_path, fake_embedder, monkeypatch):
+    """Queries on threads while another thread of the process ingests (tests/test_threads.py): a
+    query loading a filter's vectors before the writer's vectors land, and holding them after the
+    writer's manifest save dropped what was held, kept them for the whole generation — the new
+    chunks never found by the exact path in that process."""
+    from kbtool.chunk import chunk
+    from kbtool.index import index
+
+    monkeypatch.setattr(filtered, "NATIVE_MAX", 0)
+    store = _store(tmp_path, fake_embedder, DOCS)
+    write(tmp_path / "docs" / "new.md", "# New\n\nThe copperkettle agent stops syncing after a timeout.\n")
+    assert not ingest(store, [tmp_path / "docs"], IngestOptions(parse_only=True), embedder=fake_embedder).failed
+    chunk(store, embedder=fake_embedder)  # the catalog holds the new chunk; its vector is not made yet
+    sc = scope(store, contract(), ["doc_id=new.md|d0.md"])
+    assert "new.md#0" in sc.allowed and not store.chunk_vectors(["new.md#0"])
+    vecs = fake_embedder.embed_queries(["copperkettle agent stops syncing"])
+    engine, get = store.vectors, store.vectors.get
+
+    def get_then_writer_indexes(ids):
+        got = get(ids)  # what the engine held when this query read it
+        monkeypatch.setattr(engine, "get", get)
+        index(store, embedder=fake_embedder)  # meanwhile the writer thread embeds, writes, saves the manifest
+        return got
+
+    monkeypatch.setattr(engine, "get", get_then_writer_indexes)
+    store.dense_search(vecs, 3, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)
+    assert store.is_indexed() and store.chunk_vectors(["new.md#0"])
+    got = store.dense_search(vecs, 3, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)
+    assert _ids_scores(got) == _ids_scores(_native(store, vecs, sc, 3))
+    assert got[0][0][0] == "new.md#0"
