@@ -193,7 +193,7 @@ def test_a_chroma_url_with_credentials_is_refused_without_showing_them(tmp_path)
 
     write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
     for url in ("http://admin:hunter2@127.0.0.1:1", "http://127.0.0.1:1/?token=hunter2",
-                "http://admin:hunter2@127.0.0.1:99999"):
+                "http://admin:hunter2@127.0.0.1:99999", "http://127.0.0.1:1/#hunter2"):
         r = CliRunner().invoke(app, ["ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb"), "--chroma-url", url])
         assert r.exit_code == 2, r.output
         assert "--chroma-url" in r.output and "hunter2" not in r.output, r.output

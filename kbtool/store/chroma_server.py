@@ -38,8 +38,8 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 
 
 def _redacted(url: str) -> str:
-    """``url`` as an error may show it: a user:password and a query (``?token=``) hidden."""
-    return re.sub(r"\?.*", "?…", re.sub(r"//[^/?#]*@", "//…@", url), flags=re.S)
+    """``url`` as an error may show it: a user:password, a query (``?token=``) and a fragment hidden."""
+    return re.sub(r"[?#].*", "?…", re.sub(r"//[^/?#]*@", "//…@", url), flags=re.S)
 
 
 def parse_url(url: str) -> tuple[str, str, int, bool]:
