@@ -107,7 +107,7 @@ def test_vectors_held_for_a_filter_do_not_outlive_a_rebuild_in_the_same_process(
     assert _ids_scores(got) == _ids_scores(_native(store, vecs, sc, 3))
 
 
-def test_masks_held_by_bm25_survive_concurrent_request_threads(tmp_path, fake_embedder, monkeypatch):
+def test_masks_held_by_bm25_survive_concurrent_request_threads(tmp_path, fake_embedder):
     """``kbtool serve`` answers on several threads over one BM25 index: masks of more scopes than it
     keeps, asked for at once, must not fail a request ('dictionary changed size during iteration')."""
     import sys
