@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import itertools
 import math
 import re
 import weakref
+from collections.abc import Callable
 
 DECISIONS = ("answer", "low_confidence", "refuse")
 
@@ -79,7 +81,7 @@ def missing_terms(store, processed, terms: list[str], allowed: set[str] | None) 
             # The analyser keeps an identifier whole: a chunk holds it iff BM25 has the token (a
             # scan of every chunk's text costs 280 ms at 100k chunks, and would count KB-1-990 as
             # holding KB-1-99)
-            held = index.has_term(whole, mask)
+            held = index.has_term(whole, mask) or _inside_longer(index, whole, mask)
         else:
             held = store.any_chunk_contains(ident["text"], allowed)
         if not held:
@@ -120,6 +122,9 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
     index = store.bm25()
     mask = index.held("mask", allowed) if allowed is not None else None
     vocab = _vocab(index)
+    # Candidates are picked among the terms the caller's chunks hold: hidden ones must not crowd out
+    # (or, by their absence, reveal) what it may read
+    keep = None if mask is None else (lambda t: index.has_term(t, mask))
     found: list[tuple[str, bool, list[str]]] = []  # (term, is a word, candidates close in spelling)
     for term in missing[:5]:
         word = term.lower()
@@ -127,11 +132,13 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
             continue  # a number or a date: a different one is a different fact
         stem = re.match(r"\D*", word).group(0)
         if stem != word and len(stem) >= 2:
-            pool = [v for v in vocab.prefixed(stem, near=word, limit=SIBLINGS) if v != stem]
+            pool = [v for v in vocab.prefixed(stem, near=word, limit=SIBLINGS, keep=keep) if v != stem]
             close = difflib.get_close_matches(word, pool, n=6, cutoff=0.3)
         else:
             pool = [v for v in vocab.initial(word[:1]) if abs(len(v) - len(word)) <= 3 and not v.isdigit()]
-            close = difflib.get_close_matches(word, pool, n=6, cutoff=0.75)
+            # every match, then the caller's 6 best: the 6 best of its own terms, asking about few
+            close = [c for c in difflib.get_close_matches(word, pool, n=max(len(pool), 1), cutoff=0.75)
+                     if keep is None or keep(c)][:6]
         found.append((term, stem == word or len(stem) < 2, [c for c in close if c != word and index.has_term(c, mask)]))
     similar = _meaning(embedder, [(t.lower(), c) for t, is_word, cs in found if is_word for c in cs])
     for term, is_word, close in found:
@@ -148,6 +155,7 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
 # it (a store of 100k chunks held 60k KB-… codes: comparing all took 4 s per refused question,
 # 100 take 7 ms).
 SIBLINGS = 100
+_JOINED = re.compile(r"[-_./:]")
 
 
 class _Vocabulary:
@@ -156,24 +164,42 @@ class _Vocabulary:
     def __init__(self, terms: list[str]):
         self.sorted = sorted(terms)
         self.by_initial: dict[str, list[str]] = {}
+        self.compound = [t for t in self.sorted if _JOINED.search(t)]  # identifiers of several parts
         for t in self.sorted:
             self.by_initial.setdefault(t[:1], []).append(t)
 
-    def prefixed(self, prefix: str, near: str | None = None, limit: int | None = None) -> list[str]:
-        """Terms starting with ``prefix`` (the ``limit`` nearest to ``near`` in sorted order)."""
+    def prefixed(self, prefix: str, near: str | None = None, limit: int | None = None,
+                 keep: Callable[[str], bool] | None = None) -> list[str]:
+        """Terms starting with ``prefix`` (the ``limit`` nearest to ``near`` in sorted order), of
+        those ``keep`` accepts (a restricted caller's: terms only hidden chunks hold take no place)."""
         lo = bisect.bisect_left(self.sorted, prefix)
         hi = bisect.bisect_left(self.sorted, prefix + "\U0010ffff")
-        if limit is not None and hi - lo > limit:
+        if keep is None:
+            terms, at = self.sorted[lo:hi], bisect.bisect_left(self.sorted, near or prefix, lo, hi) - lo
+        else:  # the nearest kept ones on each side, up to ``limit`` each: the window below is the same
             at = bisect.bisect_left(self.sorted, near or prefix, lo, hi)
-            lo = max(lo, min(at - limit // 2, hi - limit))
-            hi = lo + limit
-        return self.sorted[lo:hi]
+            cap = hi - lo if limit is None else limit
+            left = list(itertools.islice((t for t in reversed(self.sorted[lo:at]) if keep(t)), cap))
+            right = list(itertools.islice((t for t in self.sorted[at:hi] if keep(t)), cap))
+            terms, at = left[::-1] + right, len(left)
+        if limit is not None and len(terms) > limit:
+            start = max(0, min(at - limit // 2, len(terms) - limit))
+            terms = terms[start:start + limit]
+        return terms
 
     def initial(self, ch: str) -> list[str]:
         return self.by_initial.get(ch, [])
 
 
 _VOCABS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _inside_longer(index, whole: str, mask) -> bool:
+    """Whether a (permitted) chunk holds identifier ``whole`` inside a longer one the analyser kept
+    whole instead (``client.sync.timeout_ms``, ``tw-e1042/tw-e1043``): a token holding it between
+    separators (``kb-1-990`` does not hold ``kb-1-99``)."""
+    bounded = re.compile(r"(?<![^\W_])" + re.escape(whole) + r"(?![^\W_])")
+    return any(whole in t and bounded.search(t) and index.has_term(t, mask) for t in _vocab(index).compound)
 
 
 def _vocab(index) -> _Vocabulary:

@@ -110,6 +110,7 @@ class Store:
     def save_manifest(self) -> None:
         self.manifest["kbtool_version"] = __version__
         write_json(self.path / "manifest.json", self.manifest)
+        self._filtered.clear()  # vectors were written (index, --rebuild, a model added or dropped): held ones may be stale
 
     def writer_active(self) -> bool:
         """Whether another process, or another thread of this one, holds the writer lock."""

@@ -470,7 +470,7 @@ class BM25Index:
             return got[1]
         value = self.mask(ids) if kind == "mask" else self.scoped(self.mask(ids))
         if len(self._held) >= 16:
-            self._held.pop(next(iter(self._held)))
+            self._held.pop(next(iter(self._held.copy()), None), None)  # a copy: request threads share the index
         self._held[key] = (ids, value)
         return value
 

@@ -37,16 +37,21 @@ DEFAULT_TIMEOUT = 120.0
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 
 
+def _redacted(url: str) -> str:
+    """``url`` as an error may show it: a user:password, a query (``?token=``) and a fragment hidden."""
+    return re.sub(r"[?#].*", "?…", re.sub(r"//[^/?#]*@", "//…@", url), flags=re.S)
+
+
 def parse_url(url: str) -> tuple[str, str, int, bool]:
     """(normalised URL, host, port, ssl) of ``http[s]://HOST[:PORT]``; UsageError otherwise."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as exc:
-        raise UsageError(f"chroma url {url!r}: {exc}; write http://HOST:PORT, e.g. http://127.0.0.1:8000") from None
+        raise UsageError(f"chroma url {_redacted(url)!r}: {exc}; write http://HOST:PORT, e.g. http://127.0.0.1:8000") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") \
             or parts.query or parts.fragment or parts.username or parts.password:
-        raise UsageError(f"chroma url {url!r}: write http://HOST:PORT (or https://), e.g. http://127.0.0.1:8000 "
+        raise UsageError(f"chroma url {_redacted(url)!r}: write http://HOST:PORT (or https://), e.g. http://127.0.0.1:8000 "
                          "(no path; credentials come from $KBTOOL_CHROMA_TOKEN, never the URL)")
     ssl = parts.scheme == "https"
     port = port or (443 if ssl else DEFAULT_PORT)
@@ -166,13 +171,14 @@ def connect(rec: dict):
     from .._env import setup_offline_env
 
     setup_offline_env()
-    import chromadb
+    from .vectors import import_chromadb, settings_error
 
+    chromadb = import_chromadb()
     _, host, port, ssl = parse_url(rec["url"])
     try:
         settings, headers = client_settings()
     except ValueError as exc:  # a setting from the environment chromadb refuses (never echoes a token)
-        raise StoreError(f"the Chroma client settings from the environment are invalid: {_short(str(exc))}") from None
+        raise settings_error(exc) from None
     import httpx
 
     limit = timeout()
@@ -199,8 +205,8 @@ def timeout() -> float:
         value = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
     except ValueError:
         raise UsageError(f"${TIMEOUT_ENV}={os.environ.get(TIMEOUT_ENV)!r} is not a number of seconds") from None
-    if value <= 0:
-        raise UsageError(f"${TIMEOUT_ENV} must be a positive number of seconds")
+    if not 0 < value < 1e6:  # nan, inf: httpx fails on them (ValueError, OverflowError)
+        raise UsageError(f"${TIMEOUT_ENV} must be a positive number of seconds (below 1000000)")
     return value
 
 

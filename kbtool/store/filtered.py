@@ -37,11 +37,13 @@ class FilteredSearch:
     def __init__(self):
         self._held: OrderedDict = OrderedDict()  # key -> (allowed set, ids, matrix)
         self._lock = threading.Lock()
+        self._epoch = 0  # + 1 per clear(): vectors loaded before a clear are not held after it
         self.stats = {"native": 0, "exact": 0, "oversampled": 0, "fallback": 0}
 
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
+            self._epoch += 1
 
     def search(self, store, engine, name: str, vectors, depth: int, allowed: set[str], allowed_docs,
                extra: int) -> list[list[tuple[str, float]]]:
@@ -78,6 +80,7 @@ class FilteredSearch:
             if got is not None and got[0] is allowed:
                 self._held.move_to_end(key)
                 return got[1], got[2]
+            epoch = self._epoch
         ids = sorted(allowed)
         vecs = store.chunk_vectors(ids, name=name)
         missing = [c for c in ids if c not in vecs]
@@ -88,6 +91,8 @@ class FilteredSearch:
         if len(m):
             m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
         with self._lock:
+            if self._epoch != epoch:  # vectors were written meanwhile (a writer thread): use, don't hold
+                return ids, m
             self._held[key] = (allowed, ids, m)
             while sum(len(v[1]) for v in self._held.values()) > ROW_BUDGET and len(self._held) > 1:
                 self._held.popitem(last=False)
@@ -105,6 +110,9 @@ class FilteredSearch:
         out = []
         for row in scores:
             n = min(depth, len(ids))
-            best = np.argpartition(-row, n - 1)[:n] if n < len(ids) else np.arange(len(ids))
-            out.append(sorted(((ids[j], float(row[j])) for j in best), key=lambda x: (-x[1], x[0])))
+            if n < len(ids):  # the n best, and every chunk tied with the last of them: ties go by id
+                best = np.flatnonzero(row >= row[np.argpartition(-row, n - 1)[n - 1]])
+            else:
+                best = np.arange(len(ids))
+            out.append(sorted(((ids[j], float(row[j])) for j in best), key=lambda x: (-x[1], x[0]))[:n])
         return out

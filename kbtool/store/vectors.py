@@ -44,6 +44,29 @@ class VectorIndex(Protocol):
     def reopen(self) -> None: ...  # read afresh what other processes wrote
 
 
+def import_chromadb():
+    """``chromadb``, whose import reads its ``CHROMA_*`` settings from the environment: one it refuses
+    (``CHROMA_SERVER_HEADERS`` not a JSON object of strings) is a StoreError naming the setting,
+    never its value (it may hold a token)."""
+    try:
+        import chromadb
+    except ValueError as exc:
+        raise settings_error(exc) from None
+    return chromadb
+
+
+def settings_error(exc: ValueError):
+    """The StoreError of chromadb settings from the environment it refuses: where and why, no value."""
+    from ..errors import StoreError
+
+    errors = getattr(exc, "errors", None)
+    if callable(errors):  # pydantic's ValidationError: its text repeats the input (input_value=...)
+        why = "; ".join(f"{'.'.join(map(str, e.get('loc', ()))) or 'settings'}: {e.get('msg', '')}" for e in errors())
+    else:
+        why = " ".join(str(exc).split())[:160]
+    return StoreError(f"the Chroma client settings from the environment (CHROMA_*) are invalid: {why}")
+
+
 class ChromaVectors:
     """Chroma embedded (``PersistentClient``) in ``path``; cosine space, HNSW settings from the manifest.
     Safe across threads: the client is made once, under a lock."""
@@ -78,7 +101,7 @@ class ChromaVectors:
         from .._env import setup_offline_env
 
         setup_offline_env()
-        import chromadb
+        chromadb = import_chromadb()
         from chromadb.config import Settings
 
         if not self.path.is_dir():
@@ -92,7 +115,10 @@ class ChromaVectors:
     def _failed(self) -> None:
         """After a failed connect: a client that failed to start (a full disk) stays in chromadb's
         per-path cache, broken: the next try in this process (after space is freed) must start afresh."""
-        from chromadb.api.client import SharedSystemClient
+        try:
+            from chromadb.api.client import SharedSystemClient
+        except ValueError:  # chromadb refused its settings on import (``import_chromadb``): no client was made
+            return
 
         SharedSystemClient.clear_system_cache()
 
