@@ -61,14 +61,14 @@ def test_a_filter_too_rare_for_the_oversampled_search_falls_back_to_exact(sample
 
 
 def test_held_vectors_stay_within_the_row_budget_and_follow_the_generation(sample_store, embedder, large):
-    large.setattr(filtered, "ROW_BUDGET", 40)
+    large.setattr(filtered, "BYTE_BUDGET", 40 * 384 * 4)  # 40 vectors
     searcher = filtered.FilteredSearch()
     ids = sorted(c for c, _, _ in sample_store.chunk_metadata())
     a, b = set(ids[:30]), set(ids[30:60])
     vecs = embedder.embed_queries(QUESTIONS[:1])
     searcher.search(sample_store, sample_store.vectors, "dense", vecs, 5, a, None, 0)
     searcher.search(sample_store, sample_store.vectors, "dense", vecs, 5, b, None, 0)
-    assert len(searcher._held) == 1  # 60 rows over a budget of 40: the older filter's vectors left
+    assert len(searcher._held) == 1  # 60 vectors over a budget of 40: the older filter's vectors left
     (gen, _, key_id), = searcher._held
     assert gen == sample_store.generation() and key_id == id(b)
 

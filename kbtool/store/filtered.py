@@ -7,7 +7,7 @@ metadata of the collection to build the allowed set on every query. So on a larg
 
 - a filter allowing few chunks (``EXACT_MAX``) is searched exactly over those chunks' vectors —
   the embedding cache's copy of what the engine holds — loaded once per filter and catalog
-  generation and held (``ROW_BUDGET`` rows over all filters, least recently used dropped first);
+  generation and held (``BYTE_BUDGET`` over all filters, least recently used dropped first);
 - a filter allowing many is an unfiltered ANN search deep enough that ``depth`` allowed chunks are
   expected among the results (depth x chunks / allowed x ``OVERSAMPLE``), then filtered; a
   question for which fewer survive is searched exactly.
@@ -28,7 +28,7 @@ import numpy as np
 NATIVE_MAX = 2_000
 EXACT_MAX = 20_000
 OVERSAMPLE = 1.5
-ROW_BUDGET = 200_000
+BYTE_BUDGET = 300 * 2**20  # 200k vectors of 384 dimensions, 50k of 1536
 
 
 class FilteredSearch:
@@ -94,7 +94,7 @@ class FilteredSearch:
             if self._epoch != epoch:  # vectors were written meanwhile (a writer thread): use, don't hold
                 return ids, m
             self._held[key] = (allowed, ids, m)
-            while sum(len(v[1]) for v in self._held.values()) > ROW_BUDGET and len(self._held) > 1:
+            while sum(v[2].nbytes for v in self._held.values()) > BYTE_BUDGET and len(self._held) > 1:
                 self._held.popitem(last=False)
         return ids, m
 
