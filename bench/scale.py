@@ -458,8 +458,23 @@ def markdown(r: dict) -> list[str]:
     return lines
 
 
+def query_again(results: dict, sizes) -> None:
+    """Only the query worker again for stores already built (on a quieter machine)."""
+    r = results["scale"]
+    for size in sizes:
+        key = next(k for k in r["sizes"] if abs(int(k) - size) < 0.3 * size)
+        r["sizes"][key]["query"] = _run_worker("query", size)
+        print(f"scale {size}: {json.dumps(r['sizes'][key]['query']['latency'])}", file=sys.stderr)
+    plot(r)
+    (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "--worker":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--query-again":
+        res = json.loads((HERE / "results.json").read_text())
+        query_again(res, tuple(int(x) for x in sys.argv[2].split(",")))
+        print("\n".join(markdown(res["scale"])))
+    elif len(sys.argv) >= 4 and sys.argv[1] == "--worker":
         result = WORKERS[sys.argv[2]](int(sys.argv[3]))
         print(json.dumps(result))
     else:
