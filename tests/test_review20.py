@@ -14,6 +14,7 @@ from kbtool.query.preprocess import preprocess
 from kbtool.store import Store
 
 from .conftest import write
+from .test_access import build
 
 
 def contract(*sets):
@@ -21,16 +22,7 @@ def contract(*sets):
 
 
 def _store(base, fake_embedder, docs: dict, secret: dict | None = None) -> Store:
-    for name, text in docs.items():
-        write(base / "docs" / name, text)
-    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
-    assert not ingest(store, [base / "docs"], embedder=fake_embedder).failed
-    if secret:
-        for name, text in secret.items():
-            write(base / "finance" / name, text)
-        opts = IngestOptions(metadata={"access": "finance"})
-        assert not ingest(store, [base / "finance"], opts, embedder=fake_embedder).failed
-    return store
+    return build(base, fake_embedder, docs, secret or {})
 
 
 def test_an_identifier_inside_a_longer_one_is_not_reported_missing(tmp_path, fake_embedder):
@@ -254,8 +246,8 @@ def test_vectors_a_query_loaded_while_a_writer_indexed_are_not_held_past_the_wri
 
     monkeypatch.setattr(filtered, "NATIVE_MAX", 0)
     store = _store(tmp_path, fake_embedder, DOCS)
-    write(tmp_path / "docs" / "new.md", "# New\n\nThe copperkettle agent stops syncing after a timeout.\n")
-    assert not ingest(store, [tmp_path / "docs"], IngestOptions(parse_only=True), embedder=fake_embedder).failed
+    write(tmp_path / "public" / "new.md", "# New\n\nThe copperkettle agent stops syncing after a timeout.\n")
+    assert not ingest(store, [tmp_path / "public"], IngestOptions(parse_only=True), embedder=fake_embedder).failed
     chunk(store, embedder=fake_embedder)  # the catalog holds the new chunk; its vector is not made yet
     sc = scope(store, contract(), ["doc_id=new.md|d0.md"])
     assert "new.md#0" in sc.allowed and not store.chunk_vectors(["new.md#0"])
