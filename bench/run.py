@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -28,19 +27,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from common import machine  # noqa: E402
 from scale import markdown as scale_markdown, scale_bench  # noqa: E402
-
-
-def machine() -> str:
-    import os
-
-    mem = ""
-    try:
-        kb = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal")).split()[1])
-        mem = f", {kb / 2**20:.0f} GiB"
-    except Exception:
-        pass
-    return f"{platform.machine()}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}"
 
 
 def ann_recall(store, queries: list[str], embedder, ks=(10, 100)) -> dict:
@@ -530,6 +518,14 @@ def serve_bench(results: dict, seconds: float = 10.0) -> dict:
     return r
 
 
+def scale_and_serve(results: dict) -> dict:
+    """bench/scale.py's stores of 10k, 30k and 100k chunks, then `kbtool serve` on each store of
+    the bench, the 100k one included."""
+    r = scale_bench(results)
+    serve_bench(results)
+    return r
+
+
 def serve_markdown(r: dict) -> list[str]:
     if not r:
         return []
@@ -557,7 +553,7 @@ def main() -> None:
     if args.only:
         part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
                      "models": (models_bench, "models"), "serve": (serve_bench, "serve"),
-                     "scale": (scale_bench, "scale")}[args.only]
+                     "scale": (scale_and_serve, "scale")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
         part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -701,8 +697,7 @@ def main() -> None:
     large_files(results)
     rerank_bench(results)
     models_bench(results)
-    serve_bench(results)
-    scale_bench(results)
+    scale_and_serve(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)

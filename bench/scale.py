@@ -349,7 +349,7 @@ def scale_bench(results: dict, sizes=SIZES) -> dict:
     from datetime import datetime, timezone
 
     sys.path.insert(0, str(HERE))
-    from run import machine  # noqa: E402
+    from common import machine  # noqa: E402
 
     from kbtool.embed import load_embedder
 
@@ -381,10 +381,6 @@ def scale_bench(results: dict, sizes=SIZES) -> dict:
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     plot(r)
     results["scale"] = r
-    if 100_000 in sizes:  # `kbtool serve` on the 100k store too, beside the sample and Cranfield stores
-        from run import serve_bench
-
-        serve_bench(results)
     return r
 
 

@@ -26,7 +26,8 @@ from .catalog import Catalog
 from .files import readonly_error, storage_error, writable, write_json
 from .lock import WriterLock
 from .filtered import FilteredSearch
-from .vectors import VectorIndex, describe_vectors, engine_of, index_hash, open_vectors
+from .engines import describe_vectors, engine_of, open_vectors
+from .vectors import VectorIndex, index_hash
 
 DEFAULT_STORE = ".kb"
 
