@@ -291,6 +291,16 @@ class Dedup(_Strict):
         0.9, gt=0, le=1, description="drop a hit when this share of its word 3-grams is in a better hit")
 
 
+class Diversity(_Strict):
+    """Spread the top K over more documents (kbtool.query.postprocess.diversify); off by default."""
+
+    mmr_lambda: Optional[float] = Field(
+        None, ge=0, le=1, description="MMR over the fused candidates' chunk vectors: lambda * relevance (fused "
+                                      "score scaled to 0..1) - (1 - lambda) * max cosine to a hit above; "
+                                      "1 = pure relevance; null: off. Re-orders the window dedup reads (top_k + 20)")
+    max_per_document: Optional[int] = Field(None, gt=0, description="at most this many hits per document; null: off")
+
+
 class _FieldError(ValueError):
     """A cross-field check's failure that belongs to one field: ``format_error`` names
     ``postprocess.rerank.model``, not ``postprocess.rerank``."""
@@ -360,6 +370,8 @@ class Postprocess(_Strict):
     dedup: Dedup = Field(default_factory=Dedup)
     rerank: Rerank = Field(default_factory=Rerank,
                            description="rerank the fused top_n before dedup; measure with `kbtool eval` first")
+    diversity: Diversity = Field(default_factory=Diversity,
+                                 description="after rerank and dedup: MMR and a per-document cap (off by default)")
 
 
 class Context(_Strict):

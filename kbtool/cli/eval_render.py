@@ -44,6 +44,9 @@ def render(report, console, all_metrics: bool = True) -> None:
         table.add_column(escape(m), justify="right", no_wrap=True)
     for name in shown:
         table.add_row(name, *_best([data["metrics"][m][name] for m in modes]))
+    div = f"distinct@{max(data['config']['ks'])}"  # distinct documents in the top K: spread, not relevance
+    if data.get("diversity") and all(div in data["diversity"].get(m, {}) for m in modes):
+        table.add_row(f"{div} (docs)", *[_f(data["diversity"][m][div]) for m in modes])
     console.print(table)
 
     deltas = data["fused_vs_best_single"]

@@ -15,7 +15,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..query.retriever import parse_mode
 from .compare import best_single, is_single_mode
-from .metrics import DEFAULT_METRICS, METRICS, RATE_NEEDS, RATES, refusal_rates, round6, score  # noqa: F401 (re-exported)
+from .metrics import DEFAULT_METRICS, METRICS, RATE_NEEDS, RATES, distinct, refusal_rates, round6, score  # noqa: F401 (re-exported)
 from .questions import Question, QuestionSet
 from .units import EvidenceMatcher, level_of, units
 
@@ -76,6 +76,7 @@ class ModeResult:
     top_doc: str | None
     decision: str = ""  # answer | low_confidence | refuse: the contract's, or the --threshold's
     signals: dict = field(default_factory=dict)  # the answerability signals decide saw (Answer.signals)
+    distinct: dict = field(default_factory=dict)  # "distinct@K" -> distinct documents in the top K hits
 
 
 @dataclass
@@ -113,6 +114,13 @@ class EvalReport:
         """Mean of each metric over answerable questions (None when there are none)."""
         return {m: {name: round6(self.mean(m, name)) for name in self.config.metric_names()}
                 for m in self.config.modes}
+
+    def diversity(self) -> dict[str, dict[str, float | None]]:
+        """Per mode, ``distinct@K``: the mean number of distinct documents among each question's
+        top K hits, over every question (answerable or not; no judgement needed)."""
+        names = [f"distinct@{k}" for k in sorted(set(self.config.ks))]
+        return {m: {n: round6(sum(r.modes[m].distinct[n] for r in self.results) / len(self.results))
+                    if self.results else None for n in names} for m in self.config.modes}
 
     def tags(self) -> list[str]:
         return sorted({t for r in self.results for t in r.question.tags})
@@ -235,6 +243,7 @@ class EvalReport:
                        "depth": self.config.depth, "thresholds": self.config.thresholds,
                        "filters": self.config.filters},
             "metrics": self.metrics(),
+            "diversity": self.diversity(),
             "fused_vs_best_single": self.deltas(),
             "by_tag": self.by_tag(),
             "refusal": {m: {**r, **refusal_rates(r)} for m, r in self.refusal().items()},
@@ -251,6 +260,7 @@ class EvalReport:
                  "modes": {m: {"first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
                                "top_doc": mr.top_doc, "refused": mr.refused, "decision": mr.decision,
                                "signals": mr.signals,
+                               "distinct": mr.distinct,
                                "metrics": {k: round(v, 6) for k, v in mr.metrics.items()}}
                            for m, mr in r.modes.items()}}
                 for r in self.results
@@ -333,6 +343,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
                 ranking, unit_scores, qrels, top, refused, first,
                 {n: score(n, ranking, qrels) for n in names} if q.answerable else {},
                 hits[0].doc_id if hits else None, decision, dict(getattr(ans, "signals", None) or {}),
+                {f"distinct@{k}": distinct([h.doc_id for h in hits], k) for k in config.ks},
             )
         results.append(QuestionResult(q, level, modes))
     from ..query.pipeline import access_tags

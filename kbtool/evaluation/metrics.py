@@ -81,6 +81,13 @@ def ndcg(ranking: Ranking, qrels: Qrels, k: int) -> float:
     return dcg / idcg
 
 
+def distinct(docs: Sequence[str], k: int) -> float:
+    """How many distinct documents the top k hits come from (``docs``: each hit's document, best
+    first); eval reports its mean over every question as ``distinct@k``. Not a relevance metric:
+    it needs no judgement."""
+    return float(len(set(docs[:k])))
+
+
 METRICS: dict[str, Callable[[Ranking, Qrels, int], float]] = {
     "hit_rate": hit_rate,
     "mrr": mrr,

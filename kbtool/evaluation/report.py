@@ -59,7 +59,10 @@ def render_html(data: dict) -> str:
         for base in data["config"]["metrics"]
     ) if data["question_set"]["answerable"] else "<p>No answerable question: nothing to plot.</p>"
     names = [f"{b}@{k}" for b in data["config"]["metrics"] for k in ks]
-    summary = _table(["metric", *modes], [[n, *[metrics[m][n] for m in modes]] for n in names])
+    div = data.get("diversity") or {}
+    spread = [f"distinct@{k}" for k in ks if all(f"distinct@{k}" in div.get(m, {}) for m in modes)]
+    summary = _table(["metric", *modes], [[n, *[metrics[m][n] for m in modes]] for n in names]
+                     + [[f"{n} (distinct documents)", *[div[m][n] for m in modes]] for n in spread])
     headline = [n for n in HEADLINE if n in names] or names[:3]
     tag_rows = []
     for tag, entry in data["by_tag"].items():

@@ -39,6 +39,7 @@ class Candidates:
     term_weights: dict[str, tuple[float, bool]] | None = None  # None: no BM25 index to weigh them
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
     rerank_cache: dict = field(default_factory=dict, repr=False)  # (reranker, question, chunk id) -> score (query.rerank)
+    vectors: dict = field(default_factory=dict, repr=False)  # chunk id -> cached dense vector (postprocess.diversity)
 
     def score(self, retriever: str) -> np.ndarray:
         """Retriever's scores over ``ids`` (all NaN when it was not run)."""

@@ -333,7 +333,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
     # Read rows for a margin beyond top_k so dedup can still fill the list.
-    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled else fused[:top_k]
+    div = contract.postprocess.diversity
+    diverse = div.mmr_lambda is not None or div.max_per_document is not None
+    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled or diverse else fused[:top_k]
     rows = store.chunks_by_id([c for c, _ in window]) if rows is None else rows
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
@@ -341,7 +343,20 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         similarity = contract.postprocess.dedup.similarity
         if near is None or near.similarity != similarity:
             near = NearDuplicates([rows[c]["text"] for c, _ in window], similarity)
-        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k)
+        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k + (20 if diverse else 0))
+    diversified: dict = {}
+    if diverse:  # postprocess.diversity: MMR over the chunk vectors, a per-document cap
+        from .postprocess import diversify
+
+        t_div = time.perf_counter()
+        if div.mmr_lambda is not None:
+            missing = [c for c, _ in window if c not in cands.vectors]
+            if missing:
+                got = store.chunk_vectors(missing)
+                cands.vectors.update({c: got.get(c) for c in missing})
+        window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
+                                        max_per_document=div.max_per_document, keep=top_k)
+        diversified["ms"] = round((time.perf_counter() - t_div) * 1000, 2)
     hits = []
     extra = [r for r in cands.scores if r not in ("dense", "bm25")]
     # A hit reports the retrievers a query of this question runs, however much was gathered
@@ -402,6 +417,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
         **({"rerank": reranked} if reranked else {}),
+        **({"diversity": diversified} if diversified else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {})},
     }

@@ -89,3 +89,55 @@ def dedup(items: list, text_of, similarity: float, keep: int | None = None) -> t
     single better kept item. Stops once ``keep`` items are kept. Returns (kept, [(dropped, its
     duplicate)])."""
     return NearDuplicates([text_of(i) for i in items], similarity).dedup(items, text_of, keep)
+
+
+def diversify(items: list[tuple[str, float]], vectors: dict, doc_of, *, mmr_lambda: float | None,
+              max_per_document: int | None, keep: int) -> tuple[list, dict]:
+    """Re-order fused ``(chunk_id, score)`` items, best first, for more distinct documents.
+
+    MMR (``mmr_lambda``): pick, one at a time, the item maximising ``lambda * relevance - (1 -
+    lambda) * max cosine to the items picked``, relevance the fused score min-max scaled to 0..1
+    over ``items``; ``vectors`` maps chunk id -> vector (a chunk without one is similar to
+    nothing). The most relevant item is always picked first. ``max_per_document``: an item whose
+    document already has that many picked is dropped. Stops once ``keep`` items are picked.
+    Returns (picked, trace): trace ``moved`` [[chunk id, rank before, rank after]] for picked items
+    whose rank changed, ``dropped`` [[chunk id, doc id]] (the cap), ranks 1-based."""
+    import numpy as np
+
+    n = len(items)
+    scores = np.array([s for _, s in items], dtype=np.float64)
+    lo, hi = (float(scores.min()), float(scores.max())) if n else (0.0, 0.0)
+    rel = (scores - lo) / (hi - lo) if hi > lo else np.ones(n)
+    sims = None
+    if mmr_lambda is not None and n:
+        dim = next((len(v) for v in vectors.values()), 0)
+        mat = np.zeros((n, max(dim, 1)), dtype=np.float64)
+        for i, (cid, _) in enumerate(items):
+            v = vectors.get(cid)
+            if v is not None and dim and len(v) == dim:
+                norm = float(np.linalg.norm(v))
+                if norm > 0:
+                    mat[i] = np.asarray(v, dtype=np.float64) / norm
+        sims = mat @ mat.T
+    per_doc: dict[str, int] = {}
+    picked: list[int] = []
+    dropped: list[list] = []
+    left = list(range(n))
+    nearest = np.zeros(n)  # max cosine to a picked item
+    while left and len(picked) < keep:
+        if sims is None or not picked:
+            best = left[0]
+        else:
+            value = mmr_lambda * rel[left] - (1 - mmr_lambda) * nearest[left]
+            best = left[int(np.argmax(value))]  # ties: the better fused rank (argmax takes the first)
+        left.remove(best)
+        doc = doc_of(items[best][0])
+        if max_per_document is not None and per_doc.get(doc, 0) >= max_per_document:
+            dropped.append([items[best][0], doc])
+            continue
+        per_doc[doc] = per_doc.get(doc, 0) + 1
+        picked.append(best)
+        if sims is not None:
+            nearest = np.maximum(nearest, sims[best])
+    moved = [[items[i][0], i + 1, r] for r, i in enumerate(picked, start=1) if i + 1 != r]
+    return [items[i] for i in picked], {"moved": moved, "dropped": dropped}
