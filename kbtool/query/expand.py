@@ -20,6 +20,7 @@ def expand(hits: list, store, cfg, *, allowed: set | None, keep: int) -> tuple[l
     ``merged`` [[chunk id, the chunk id of the result covering it]]."""
     spans: dict[str, list[dict]] = {}  # doc -> its chunks in order
     taken: dict[str, dict[int, str]] = {}  # doc -> position -> chunk id of the result holding it
+    texts: dict[str, str | None] = {}  # doc -> its text, read once
     out, expanded, merged = [], [], []
     for hit in hits:
         if len(out) >= keep:
@@ -60,12 +61,14 @@ def expand(hits: list, store, cfg, *, allowed: set | None, keep: int) -> tuple[l
         for i in range(lo, hi + 1):
             held[i] = hit.chunk_id
         new = replace(hit, rank=len(out) + 1)
-        if hi > lo:
+        if hi > lo and doc not in texts:
+            texts[doc] = store.document_text(doc)
+        text = texts.get(doc) if hi > lo else None
+        if text is not None:
             first, last = chunks[lo], chunks[hi]
-            text = store.document_text(doc)
             lines = [c["line_start"] for c in chunks[lo:hi + 1] if c["line_start"]]
             ends = [c["line_end"] for c in chunks[lo:hi + 1] if c["line_end"]]
-            new = replace(new, text=text[first["char_start"]:last["char_end"]] if text is not None else hit.text,
+            new = replace(new, text=text[first["char_start"]:last["char_end"]],
                           char_start=first["char_start"], char_end=last["char_end"],
                           line_start=min(lines) if lines else hit.line_start, line_end=max(ends) if ends else hit.line_end)
             new.citation = citation(new)
