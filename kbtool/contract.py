@@ -301,6 +301,17 @@ class Diversity(_Strict):
     max_per_document: Optional[int] = Field(None, gt=0, description="at most this many hits per document; null: off")
 
 
+class Expand(_Strict):
+    """Return a hit's enclosing section or its neighbours (kbtool.query.expand); off by default."""
+
+    mode: Optional[Literal["section", "neighbours"]] = Field(
+        None, description="section: the hit's chunks of the same section (contiguous, same section_path); "
+                          "neighbours: up to `neighbours` chunks on each side; null: off")
+    max_tokens: int = Field(512, gt=0, le=100000, description="budget per expanded result in model tokens (the "
+                                                               "chunks' n_tokens), grown around the hit")
+    neighbours: int = Field(1, gt=0, le=100, description="neighbours mode: chunks on each side of the hit")
+
+
 class _FieldError(ValueError):
     """A cross-field check's failure that belongs to one field: ``format_error`` names
     ``postprocess.rerank.model``, not ``postprocess.rerank``."""
@@ -372,6 +383,8 @@ class Postprocess(_Strict):
                            description="rerank the fused top_n before dedup; measure with `kbtool eval` first")
     diversity: Diversity = Field(default_factory=Diversity,
                                  description="after rerank and dedup: MMR and a per-document cap (off by default)")
+    expand: Expand = Field(default_factory=Expand,
+                           description="after diversity: a hit's section or neighbours, cited as one span (off by default)")
 
 
 class Context(_Strict):

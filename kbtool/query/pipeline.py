@@ -335,7 +335,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     # Read rows for a margin beyond top_k so dedup can still fill the list.
     div = contract.postprocess.diversity
     diverse = div.mmr_lambda is not None or div.max_per_document is not None
-    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled or diverse else fused[:top_k]
+    grow = contract.postprocess.expand  # postprocess.expand: merged hits leave room, so read a margin
+    margin = 20 if diverse or grow.mode else 0
+    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled or margin else fused[:top_k]
     rows = store.chunks_by_id([c for c, _ in window]) if rows is None else rows
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
@@ -343,7 +345,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         similarity = contract.postprocess.dedup.similarity
         if near is None or near.similarity != similarity:
             near = NearDuplicates([rows[c]["text"] for c, _ in window], similarity)
-        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k + (20 if diverse else 0))
+        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k + margin)
     diversified: dict = {}
     if diverse:  # postprocess.diversity: MMR over the chunk vectors, a per-document cap
         from .postprocess import diversify
@@ -355,7 +357,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
                 got = store.chunk_vectors(missing)
                 cands.vectors.update({c: got.get(c) for c in missing})
         window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
-                                        max_per_document=div.max_per_document, keep=top_k)
+                                        max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0))
         diversified["ms"] = round((time.perf_counter() - t_div) * 1000, 2)
     hits = []
     extra = [r for r in cands.scores if r not in ("dense", "bm25")]
@@ -363,7 +365,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     # (calibrate and eval gather every retriever): the same hits from query, eval and calibrate.
     ran = set(needed_retrievers(contract, store, types, available))
     extra = [r for r in extra if r in ran]
-    for cid, score in window[:top_k]:
+    for cid, score in window[: top_k + (margin if grow.mode else 0)]:
         row, i = rows[cid], pos[cid]
         cos = None if "dense" not in ran or math.isnan(cands.dense[i]) else float(cands.dense[i])
         raw = None if "bm25" not in ran or math.isnan(cands.bm25[i]) else float(cands.bm25[i])
@@ -392,6 +394,13 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     window = hits[: contract.retrieve.top_k]
     best_hit = max(window, key=lambda h: (h.confidence, -h.rank), default=None)
     top = best_hit.confidence if best_hit else None
+    expanded: dict = {}
+    if grow.mode:  # after diversity; the decision above read the hits' own chunks
+        from .expand import expand
+
+        t_exp = time.perf_counter()
+        hits, expanded = expand(hits, store, grow, allowed=sc.allowed, keep=asked)
+        expanded["ms"] = round((time.perf_counter() - t_exp) * 1000, 2)
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
     # The signals a query of this question sees: without BM25 among what it runs, none of BM25's
@@ -418,6 +427,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
         **({"rerank": reranked} if reranked else {}),
         **({"diversity": diversified} if diversified else {}),
+        **({"expand": expanded} if expanded else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {})},
     }

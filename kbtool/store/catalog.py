@@ -370,6 +370,13 @@ class Catalog:
              "FROM chunks" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY doc_id, ordinal")
         return [dict(r) for r in self.db.execute(q, args)]
 
+    def chunk_spans(self, doc_id: str) -> list[dict]:
+        """One document's chunks in order, without their text: where each lies (chars, lines), its
+        section and token count (postprocess.expand grows a hit over these)."""
+        return [dict(r) for r in self.db.execute(
+            "SELECT chunk_id, ordinal, section_path, page, char_start, char_end, line_start, line_end, n_tokens"
+            " FROM chunks WHERE doc_id=? ORDER BY ordinal", (doc_id,))]
+
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         out = {}
         for part in _batches(chunk_ids):
