@@ -20,7 +20,7 @@ import string
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .document import normalise_id_prefix  # noqa: F401 (data.sources[].id_prefix; re-exported)
 from .errors import ContractError
@@ -356,8 +356,30 @@ class Rerank(_Strict):
         return self.model or "dense"
 
 
+class Sensitive(_Strict):
+    """Sensitive content (kbtool.query.sensitive): refuse questions, redact or drop results."""
+
+    credentials: Literal["redact", "drop", "off"] = Field(
+        "redact", description="results holding credential-looking strings (AWS key ids, sk-/ghp_/xoxb- tokens, "
+                              "JWTs, private key blocks, password=/api_key: values): redact, drop the hit, or off")
+    lexicon: Optional[str] = Field(
+        None, description="a YAML or JSON file of categories (words, patterns; question: refuse|allow with a "
+                          "message; results: redact|drop|allow), relative to this contract's folder")
+    _base: Optional[Path] = PrivateAttr(None)  # the contract's folder (load_contract sets it)
+    _rules: Any = PrivateAttr(None)
+
+    def rules(self):
+        """The compiled rules (read and checked once; a bad lexicon is a ContractError)."""
+        if self._rules is None:
+            from .query.sensitive import rules_for
+
+            self._rules = rules_for(self, self._base)
+        return self._rules
+
+
 class Postprocess(_Strict):
     dedup: Dedup = Field(default_factory=Dedup)
+    sensitive: Sensitive = Field(default_factory=Sensitive)
     rerank: Rerank = Field(default_factory=Rerank,
                            description="rerank the fused top_n before dedup; measure with `kbtool eval` first")
 
@@ -615,7 +637,12 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
         apply_override(data, item)
     if overrides:
         where += " with overrides " + " ".join(overrides)
-    return validate_contract(data, where)
+    contract = validate_contract(data, where)
+    sens = contract.postprocess.sensitive
+    if sens.lexicon:  # relative to the contract's folder; read and checked now, once
+        sens._base = source.resolve().parent if source is not None else Path.cwd()
+        sens.rules()
+    return contract
 
 
 MAX_CONTRACT_BYTES = 2**20  # 1 MB

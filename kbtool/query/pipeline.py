@@ -333,7 +333,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
     # Read rows for a margin beyond top_k so dedup can still fill the list.
-    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled else fused[:top_k]
+    sens = contract.postprocess.sensitive.rules()  # postprocess.sensitive (query.sensitive)
+    margin = contract.postprocess.dedup.enabled or sens.drops
+    window = fused[: top_k + 20] if margin else fused[:top_k]
     rows = store.chunks_by_id([c for c, _ in window]) if rows is None else rows
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
@@ -341,7 +343,14 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         similarity = contract.postprocess.dedup.similarity
         if near is None or near.similarity != similarity:
             near = NearDuplicates([rows[c]["text"] for c, _ in window], similarity)
-        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k)
+        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=None if sens.drops else top_k)
+    redacted, sensitive, refused = {}, None, None
+    if sens.active:  # after dedup, before hits and the context: drop or redact, record counts only
+        from . import sensitive as sensitive_stage
+
+        t_s = time.perf_counter()
+        window, redacted, sensitive, refused = sensitive_stage.apply(sens, p.raw, window[:top_k + 20], rows)
+        sensitive["ms"] = round((time.perf_counter() - t_s) * 1000, 3)
     hits = []
     extra = [r for r in cands.scores if r not in ("dense", "bm25")]
     # A hit reports the retrievers a query of this question runs, however much was gathered
@@ -357,7 +366,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits.append(Hit(
             rank=len(hits) + 1, chunk_id=cid, doc_id=row["doc_id"], title=row["title"],
             section_path=row["section_path"], page=row["page"], filetype=row["filetype"],
-            char_start=row["char_start"], char_end=row["char_end"], text=row["text"], score=round(score, 6),
+            char_start=row["char_start"], char_end=row["char_end"], text=redacted.get(cid, row["text"]), score=round(score, 6),
             confidence=round(confidence({"dense": cos, "bm25": cov, **others}, weights), 4),
             dense_score=None if cos is None else round(cos, 6),
             dense_rank=cands.dense_rank.get(cid) if "dense" in ran else None,
@@ -393,17 +402,27 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
                            name="confidence" if model is None else "P(answerable)")
     if sc.warnings:
         explanation["filter_warnings"] = list(sc.warnings)
+    if refused is not None:  # a question of a category the lexicon refuses: no hits, its message
+        cat, word = refused
+        decision, hits = "refuse", []
+        explanation = {"best": None, "sensitive": cat.name, "message": (
+            f"the question touches the sensitive category {cat.name!r}"
+            + (f" ({word!r})" if cat.show_match else "") + f" (postprocess.sensitive.lexicon): {cat.message}")}
     context = ""
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)
+        if refused is not None:
+            context = refused[0].message.rstrip("\n") + "\n"
     t_post = time.perf_counter() - t0
     trace = {} if not with_trace else {
         "candidates": {r: _top_list(cands, r) for r in ("dense", "bm25", *extra) if r in cands.ranks or r in ("dense", "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
         **({"rerank": reranked} if reranked else {}),
+        **({"sensitive": sensitive} if sensitive else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
-                       **({"rerank_ms": reranked["ms"]} if reranked else {})},
+                       **({"rerank_ms": reranked["ms"]} if reranked else {}),
+                       **({"sensitive_ms": sensitive["ms"]} if sensitive else {})},
     }
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
