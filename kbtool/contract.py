@@ -366,6 +366,12 @@ class Sensitive(_Strict):
         None, description="a YAML or JSON file of categories (words, patterns; question: refuse|allow with a "
                           "message; results: redact|drop|allow), relative to this contract's folder")
     _base: Optional[Path] = PrivateAttr(None)  # the contract's folder (load_contract sets it)
+
+    @field_validator("credentials", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        return "off" if v is False else v  # YAML reads a bare `off` as false
+
     _rules: Any = PrivateAttr(None)
 
     def rules(self):
