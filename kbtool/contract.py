@@ -365,7 +365,6 @@ class Sensitive(_Strict):
     lexicon: Optional[str] = Field(
         None, description="a YAML or JSON file of categories (words, patterns; question: refuse|allow with a "
                           "message; results: redact|drop|allow), relative to this contract's folder")
-    _base: Optional[Path] = PrivateAttr(None)  # the contract's folder (load_contract sets it)
 
     @field_validator("credentials", mode="before")
     @classmethod
@@ -374,12 +373,13 @@ class Sensitive(_Strict):
 
     _rules: Any = PrivateAttr(None)
 
-    def rules(self):
-        """The compiled rules (read and checked once; a bad lexicon is a ContractError)."""
+    def rules(self, base: Optional[Path] = None):
+        """The compiled rules, a relative lexicon read from ``base`` (default: the current folder;
+        ``load_contract`` makes it absolute): read and checked once, a bad lexicon is a ContractError."""
         if self._rules is None:
             from .query.sensitive import rules_for
 
-            self._rules = rules_for(self, self._base)
+            self._rules = rules_for(self, base)
         return self._rules
 
 
@@ -645,9 +645,12 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
         where += " with overrides " + " ".join(overrides)
     contract = validate_contract(data, where)
     sens = contract.postprocess.sensitive
-    if sens.lexicon:  # relative to the contract's folder; read and checked now, once
-        sens._base = source.resolve().parent if source is not None else Path.cwd()
-        sens.rules()
+    if sens.lexicon:  # relative to the contract's folder (made absolute: copies keep it); read and checked now
+        written = Path(sens.lexicon).expanduser()
+        base = source.resolve().parent if source is not None else Path.cwd()
+        rules = sens.rules(base)
+        sens.lexicon = str(written if written.is_absolute() else base / written)
+        sens._rules = rules
     return contract
 
 
