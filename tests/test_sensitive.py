@@ -94,8 +94,7 @@ def test_credentials_never_reach_hits_context_or_trace(kb, embedder, tmp_path):
 def test_credentials_drop(kb, embedder):
     a = ask(kb, "billing worker deploy access key and token", embedder, ["postprocess.sensitive.credentials=drop"])
     assert "deploy.md" not in {h.doc_id for h in a.hits} and a.hits
-    assert a.trace["sensitive"]["dropped"] == {"credentials": sum(1 for _ in a.trace["sensitive"]["dropped"]) and
-                                               a.trace["sensitive"]["dropped"]["credentials"]}
+    assert a.trace["sensitive"]["dropped"]["credentials"] >= 1 and a.trace["sensitive"]["redacted"] == {}
     assert leaks(json.dumps(a.to_dict(with_trace=True))) == []
 
 
@@ -184,7 +183,9 @@ def test_eval_sees_the_stage(kb, tmp_path):
                             "--json", "-q"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["per_question"][0]["decision"] == "refuse"
+    modes = out["per_question"][0]["modes"]
+    assert modes["contract"]["decision"] == "refuse" and modes["contract"]["first_relevant_rank"] is None
+    assert all(m["decision"] == "refuse" for m in modes.values())  # every mode runs the same answer()
 
 
 # ---- errors ----------------------------------------------------------------------------------
