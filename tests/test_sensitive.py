@@ -216,3 +216,14 @@ def test_contract_round_trip_and_off_spelling(tmp_path):
     assert validate_contract(yaml_load_plain(dump_yaml(c))) == c
     off = write(tmp_path / "k.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    credentials: off\n")
     assert load_contract(off).postprocess.sensitive.credentials == "off"
+
+
+
+def test_spelling_suggestions_never_offer_a_secret():
+    """The index's vocabulary is lowercased: a suggestion is checked as written and upper-cased."""
+    from kbtool.contract import Sensitive
+    from kbtool.query.sensitive import safe_notes
+
+    notes = [f"instead of 'x', the index has: {SK.lower()}", f"instead of 'y', the index has: {AWS.lower()}",
+             "instead of 'colour', the index has: color, tw-e4031"]
+    assert safe_notes(Sensitive().rules(), notes) == notes[2:]

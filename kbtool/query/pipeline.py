@@ -402,6 +402,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
                            name="confidence" if model is None else "P(answerable)")
     if sc.warnings:
         explanation["filter_warnings"] = list(sc.warnings)
+    if explanation.get("suggestions") and sens.active:  # index terms the rules would hide are not suggested
+        explanation["suggestions"] = sensitive_stage.safe_notes(sens, explanation["suggestions"])
     if refused is not None:  # a question of a category the lexicon refuses: no hits, its message
         cat, word = refused
         decision, hits = "refuse", []

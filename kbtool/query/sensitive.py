@@ -239,3 +239,12 @@ def apply(rules: Rules, question: str, window: list, rows: dict) -> tuple[list, 
     trace = {"question": None if refused is None else {"category": refused[0].name, "action": "refuse"},
              "redacted": redacted, "dropped": dropped}
     return kept, texts, trace, refused
+
+
+def safe_notes(rules: Rules, notes: list[str]) -> list[str]:
+    """Explanation lines quoting index terms (spelling suggestions) without one the rules would
+    redact or drop: the index's vocabulary is lowercased, so each is also checked upper-cased."""
+    def clean(note: str) -> bool:
+        return all(rules.scan(t)[1:] == (None, {}) for t in (note, note.upper()))
+
+    return [n for n in notes if clean(n)]
