@@ -173,6 +173,8 @@ def test_lexicon_drops_and_redacts_results(kb, embedder):
             overrides=["postprocess.sensitive.lexicon=lex2.yaml"], top_k=4)
     pay = next(h for h in a.hits if h.doc_id == "pay.md")
     assert "hr-db.internal" not in pay.text and "[REDACTED:hosts]" in pay.text and "[REDACTED:pay]" in pay.text
+    assert pay.title == pay.section_path == "[REDACTED:pay] bands"  # what the context block shows too
+    assert "Salary" not in a.context and "salary" not in a.context
     assert a.trace["sensitive"]["redacted"]["hosts"] == 1 and "hr-db" not in json.dumps(a.trace)
 
 

@@ -359,6 +359,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     extra = [r for r in extra if r in ran]
     for cid, score in window[:top_k]:
         row, i = rows[cid], pos[cid]
+        row = {**row, **redacted[cid]} if cid in redacted else row  # postprocess.sensitive's redactions
         cos = None if "dense" not in ran or math.isnan(cands.dense[i]) else float(cands.dense[i])
         raw = None if "bm25" not in ran or math.isnan(cands.bm25[i]) else float(cands.bm25[i])
         cov = None if raw is None or cands.bm25_bound <= 0 else min(1.0, raw / cands.bm25_bound)
@@ -366,7 +367,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits.append(Hit(
             rank=len(hits) + 1, chunk_id=cid, doc_id=row["doc_id"], title=row["title"],
             section_path=row["section_path"], page=row["page"], filetype=row["filetype"],
-            char_start=row["char_start"], char_end=row["char_end"], text=redacted.get(cid, row["text"]), score=round(score, 6),
+            char_start=row["char_start"], char_end=row["char_end"], text=row["text"], score=round(score, 6),
             confidence=round(confidence({"dense": cos, "bm25": cov, **others}, weights), 4),
             dense_score=None if cos is None else round(cos, 6),
             dense_rank=cands.dense_rank.get(cid) if "dense" in ran else None,

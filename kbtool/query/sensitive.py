@@ -219,22 +219,29 @@ def rules_for(cfg, base: Path | None) -> Rules:
 
 
 def apply(rules: Rules, question: str, window: list, rows: dict) -> tuple[list, dict[str, str], dict, tuple | None]:
-    """(window without dropped hits, {chunk id: redacted text}, trace record, refusal or None).
+    """(window without dropped hits, {chunk id: {field: redacted value}}, trace record, refusal or None).
 
-    ``window``: [(chunk id, score)] after dedup; ``rows``: chunk rows by id."""
+    ``window``: [(chunk id, score)] after dedup; ``rows``: chunk rows by id. A hit's text, title and
+    section path (what the context block shows) are scanned; a match in any drops the hit."""
     refused = rules.refusal(question)
     kept, texts = [], {}
     redacted: dict[str, int] = {}
     dropped: dict[str, int] = {}
     for item in window:
-        text, drop, counts = rules.scan(rows[item[0]]["text"])
+        row, changed, drop = rows[item[0]], {}, None
+        for name in ("text", "title", "section_path"):
+            value, drop, counts = rules.scan(row.get(name) or "")
+            if drop:
+                break
+            if counts:
+                changed[name] = value
+                for k, n in counts.items():
+                    redacted[k] = redacted.get(k, 0) + n
         if drop:
             dropped[drop] = dropped.get(drop, 0) + 1
             continue
-        if counts:
-            texts[item[0]] = text
-            for k, n in counts.items():
-                redacted[k] = redacted.get(k, 0) + n
+        if changed:
+            texts[item[0]] = changed
         kept.append(item)
     trace = {"question": None if refused is None else {"category": refused[0].name, "action": "refuse"},
              "redacted": redacted, "dropped": dropped}
