@@ -20,7 +20,7 @@ import string
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .document import normalise_id_prefix  # noqa: F401 (data.sources[].id_prefix; re-exported)
 from .errors import ContractError
@@ -377,8 +377,36 @@ class Rerank(_Strict):
         return self.model or "dense"
 
 
+class Sensitive(_Strict):
+    """Sensitive content (kbtool.query.sensitive): refuse questions, redact or drop results."""
+
+    credentials: Literal["redact", "drop", "off"] = Field(
+        "redact", description="results holding credential-looking strings (AWS key ids, sk-/ghp_/xoxb- tokens, "
+                              "JWTs, private key blocks, password=/api_key: values): redact, drop the hit, or off")
+    lexicon: Optional[str] = Field(
+        None, description="a YAML or JSON file of categories (words, patterns; question: refuse|allow with a "
+                          "message; results: redact|drop|allow), relative to this contract's folder")
+
+    @field_validator("credentials", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        return "off" if v is False else v  # YAML reads a bare `off` as false
+
+    _rules: Any = PrivateAttr(None)
+
+    def rules(self, base: Optional[Path] = None):
+        """The compiled rules, a relative lexicon read from ``base`` (default: the current folder;
+        ``load_contract`` makes it absolute): read and checked once, a bad lexicon is a ContractError."""
+        if self._rules is None:
+            from .query.sensitive import rules_for
+
+            self._rules = rules_for(self, base)
+        return self._rules
+
+
 class Postprocess(_Strict):
     dedup: Dedup = Field(default_factory=Dedup)
+    sensitive: Sensitive = Field(default_factory=Sensitive)
     rerank: Rerank = Field(default_factory=Rerank,
                            description="rerank the fused top_n before dedup; measure with `kbtool eval` first")
     diversity: Diversity = Field(default_factory=Diversity,
@@ -640,7 +668,15 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
         apply_override(data, item)
     if overrides:
         where += " with overrides " + " ".join(overrides)
-    return validate_contract(data, where)
+    contract = validate_contract(data, where)
+    sens = contract.postprocess.sensitive
+    if sens.lexicon:  # relative to the contract's folder (made absolute: copies keep it); read and checked now
+        written = Path(sens.lexicon).expanduser()
+        base = source.resolve().parent if source is not None else Path.cwd()
+        rules = sens.rules(base)
+        sens.lexicon = str(written if written.is_absolute() else base / written)
+        sens._rules = rules
+    return contract
 
 
 MAX_CONTRACT_BYTES = 2**20  # 1 MB

@@ -336,8 +336,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     div = contract.postprocess.diversity
     diverse = div.mmr_lambda is not None or div.max_per_document is not None
     grow = contract.postprocess.expand  # postprocess.expand: merged hits leave room, so read a margin
+    sens = contract.postprocess.sensitive.rules()  # postprocess.sensitive (query.sensitive)
     margin = 20 if diverse or grow.mode else 0
-    window = fused[: top_k + 20] if contract.postprocess.dedup.enabled or margin else fused[:top_k]
+    window = (fused[: top_k + 20] if contract.postprocess.dedup.enabled or margin or sens.drops
+              else fused[:top_k])
     rows = store.chunks_by_id([c for c, _ in window]) if rows is None else rows
     window = [(c, s) for c, s in window if c in rows]  # never a ghost: the catalog is the truth
     dropped = []
@@ -345,7 +347,15 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         similarity = contract.postprocess.dedup.similarity
         if near is None or near.similarity != similarity:
             near = NearDuplicates([rows[c]["text"] for c, _ in window], similarity)
-        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"], keep=top_k + margin)
+        window, dropped = near.dedup(window, lambda item: rows[item[0]]["text"],
+                                     keep=None if sens.drops else top_k + margin)
+    redacted, sensitive, refused = {}, None, None
+    if sens.active:  # after dedup, before hits and the context: drop or redact, record counts only
+        from . import sensitive as sensitive_stage
+
+        t_s = time.perf_counter()
+        window, redacted, sensitive, refused = sensitive_stage.apply(sens, p.raw, window[:top_k + 20], rows)
+        sensitive["ms"] = round((time.perf_counter() - t_s) * 1000, 3)
     diversified: dict = {}
     if diverse:  # postprocess.diversity: MMR over the chunk vectors, a per-document cap
         from .postprocess import diversify
@@ -367,6 +377,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     extra = [r for r in extra if r in ran]
     for cid, score in window[: top_k + (margin if grow.mode else 0)]:
         row, i = rows[cid], pos[cid]
+        row = {**row, **redacted[cid]} if cid in redacted else row  # postprocess.sensitive's redactions
         cos = None if "dense" not in ran or math.isnan(cands.dense[i]) else float(cands.dense[i])
         raw = None if "bm25" not in ran or math.isnan(cands.bm25[i]) else float(cands.bm25[i])
         cov = None if raw is None or cands.bm25_bound <= 0 else min(1.0, raw / cands.bm25_bound)
@@ -399,8 +410,18 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         from .expand import expand
 
         t_exp = time.perf_counter()
+        own = {h.chunk_id: replace(h) for h in hits}  # each hit as checked by postprocess.sensitive
         hits, expanded = expand(hits, store, grow, allowed=sc.allowed, keep=asked)
         expanded["ms"] = round((time.perf_counter() - t_exp) * 1000, 2)
+        if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
+            for i, h in enumerate(hits):
+                text, drop, counts = sens.scan(h.text)
+                if drop:  # a dropping category in the span: the hit's own chunk instead
+                    hits[i] = own.get(h.chunk_id, h)
+                elif counts:
+                    hits[i].text = text
+                    for k, n in counts.items():
+                        sensitive["redacted"][k] = sensitive["redacted"].get(k, 0) + n
     hits = hits[:asked]
     tier, th = contract.thresholds_for(types, set(tags))
     # The signals a query of this question sees: without BM25 among what it runs, none of BM25's
@@ -417,9 +438,19 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
                            name="confidence" if model is None else "P(answerable)")
     if sc.warnings:
         explanation["filter_warnings"] = list(sc.warnings)
+    if explanation.get("suggestions") and sens.active:  # index terms the rules would hide are not suggested
+        explanation["suggestions"] = sensitive_stage.safe_notes(sens, explanation["suggestions"])
+    if refused is not None:  # a question of a category the lexicon refuses: no hits, its message
+        cat, word = refused
+        decision, hits = "refuse", []
+        explanation = {"best": None, "sensitive": cat.name, "message": (
+            f"the question touches the sensitive category {cat.name!r}"
+            + (f" ({word!r})" if cat.show_match else "") + f" (postprocess.sensitive.lexicon): {cat.message}")}
     context = ""
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)
+        if refused is not None:
+            context = refused[0].message.rstrip("\n") + "\n"
     t_post = time.perf_counter() - t0
     trace = {} if not with_trace else {
         "candidates": {r: _top_list(cands, r) for r in ("dense", "bm25", *extra) if r in cands.ranks or r in ("dense", "bm25")},
@@ -428,8 +459,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         **({"rerank": reranked} if reranked else {}),
         **({"diversity": diversified} if diversified else {}),
         **({"expand": expanded} if expanded else {}),
+        **({"sensitive": sensitive} if sensitive else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
-                       **({"rerank_ms": reranked["ms"]} if reranked else {})},
+                       **({"rerank_ms": reranked["ms"]} if reranked else {}),
+                       **({"sensitive_ms": sensitive["ms"]} if sensitive else {})},
     }
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},

@@ -1,0 +1,257 @@
+"""Sensitive content (``postprocess.sensitive``): refuse questions, redact or drop results.
+
+Two sources of rules:
+
+* the built-in ``credentials`` rule (``postprocess.sensitive.credentials``): strings that look like
+  secrets — AWS access key ids, ``sk-``/``ghp_``/``xox?-`` API tokens, JWTs, PEM private key
+  blocks, ``password=``/``api_key:`` assignments with a literal value — are redacted in results;
+* a lexicon file (``postprocess.sensitive.lexicon``, YAML or JSON) of categories, each with words
+  or phrases (case-insensitive, whole words), regexes, and what to do with a question that
+  matches (``refuse`` with the category's message, or ``allow``) and with a result that matches
+  (``redact``: the match becomes ``[REDACTED:category]``; ``drop`` the hit; ``allow``).
+
+The stage runs in ``pipeline.answer`` after dedup and before the context is built: ``query``,
+``eval``, ``calibrate`` and ``serve`` see the same. The trace records categories and counts,
+never the matched text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ContractError
+
+CREDENTIALS = "credentials"
+
+# Placeholders docs write instead of a value: <your key>, ${API_KEY}, {{secret}}, $TOKEN, ****, xxx, your_key...
+_PLACEHOLDER = r"(?!<|\$|\{|%|\*|\.\.\.|x{3}|X{3}|your|YOUR|example|EXAMPLE|env\b|os\.)"
+_KEYS = (r"password|passwd|pwd|passphrase|secret|client[_-]?secret|secret[_-]?key|api[_-]?key|apikey|"
+         r"access[_-]?key(?:[_-]?id)?|private[_-]?key|auth[_-]?token|access[_-]?token|api[_-]?token|"
+         r"refresh[_-]?token|bearer[_-]?token|secret[_-]?token")
+CREDENTIAL_PATTERNS = [
+    # AWS access key ids (long-term AKIA, temporary ASIA)
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    # OpenAI/Anthropic-style sk-..., GitHub ghp_/gho_/ghu_/ghs_/ghr_ and github_pat_, Slack xoxb-/xoxa-/xoxp-
+    r"\bsk-[A-Za-z0-9_-]{20,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
+    r"\bgithub_pat_[A-Za-z0-9_]{30,}\b",
+    r"\bxox[baprs]-[A-Za-z0-9-]{10,}",
+    # JWT-like: three base64url segments, the first a JSON header ("eyJ" = '{"')
+    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    # PEM private key blocks, also cut by chunking: BEGIN .. END, BEGIN .. end of text, start of text .. END
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*\Z)",
+    r"\A[A-Za-z0-9+/=\s]*-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+    # the body of a key block without its BEGIN/END lines: two or more 64-column base64 lines
+    r"(?m:(?:^[A-Za-z0-9+/]{64}[ \t]*\r?\n){2,}(?:^[A-Za-z0-9+/=]{1,64}[ \t]*$)?)",
+    # password=..., api_key: "...", "secret": "..." — the value only, when it is a literal: quoted
+    # (4+ characters) or bare with a digit or symbol (6+), never a placeholder
+    r"(?i:\b(?:" + _KEYS + r"))[\"']?\s*[:=]\s*(?:\"" + _PLACEHOLDER + r"(?P<q1>[^\"\s]{4,})\"|'"
+    + _PLACEHOLDER + r"(?P<q2>[^'\s]{4,})'|" + _PLACEHOLDER
+    + r"(?P<bare>(?=[^\s\"',;]*[0-9!@#%^&*+/=_.-])[^\s\"',;<>()\[\]{}]{6,}))",
+]
+
+
+@dataclass
+class Category:
+    name: str
+    question: str = "allow"  # refuse | allow
+    results: str = "redact"  # redact | drop | allow
+    message: str = ""
+    show_match: bool = False  # a refusal's explanation may quote the word that matched
+    regex: re.Pattern | None = None
+    maybe: object = None  # a cheap test a text must pass before the regex runs (None: always run it)
+
+
+@dataclass
+class Rules:
+    categories: list[Category] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.categories)
+
+    @property
+    def drops(self) -> bool:
+        return any(c.results == "drop" for c in self.categories)
+
+    def refusal(self, question: str) -> tuple[Category, str] | None:
+        """The first category refusing questions whose words or patterns the question holds."""
+        for c in self.categories:
+            if c.question == "refuse" and c.regex is not None:
+                m = c.regex.search(question)
+                if m:
+                    return c, m.group(0)
+        return None
+
+    def scan(self, text: str) -> tuple[str, str | None, dict[str, int]]:
+        """(text with redactions, the category dropping it or None, {category: redactions})."""
+        counts: dict[str, int] = {}
+        for c in self.categories:
+            if c.results == "allow" or c.regex is None or (c.maybe is not None and not c.maybe(text)):
+                continue
+            if c.results == "drop":
+                if c.regex.search(text):
+                    return text, c.name, counts
+                continue
+            text, n = c.regex.subn(lambda m, name=c.name: _redact(m, name), text)
+            if n:
+                counts[c.name] = counts.get(c.name, 0) + n
+        return text, None, counts
+
+
+def _redact(m: re.Match, name: str) -> str:
+    """Replace the match, or for an assignment only its value (``password=[REDACTED:credentials]``)."""
+    mark = f"[REDACTED:{name}]"
+    groups = m.re.groupindex
+    for g in ("q1", "q2", "bare"):
+        if g in groups and m.group(g) is not None:
+            s, e = m.span(g)
+            full = m.group(0)
+            return full[: s - m.start()] + mark + full[e - m.start():]
+    return mark
+
+
+def _compile(words: list[str], patterns: list[str], where: str) -> re.Pattern | None:
+    parts = []
+    for w in words:
+        w = str(w).strip()
+        if w:
+            esc = r"\s+".join(re.escape(p) for p in w.split())
+            parts.append((r"\b" if re.match(r"\w", w) else "") + esc + (r"\b" if re.search(r"\w$", w) else ""))
+    for i, p in enumerate(patterns):
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ContractError(f"{where}: patterns[{i}] is not a valid regex ({exc}): fix or remove it") from None
+        parts.append(f"(?:{p})")
+    if not parts:
+        return None
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+_CRED_RE = re.compile("|".join(f"(?:{p})" if "(?P<" not in p else p for p in CREDENTIAL_PATTERNS))
+
+
+# What every credential pattern needs in the text (case-sensitive literals; lowercased key words;
+# a 64-column base64 line): most chunks hold none, and these tests cost a tenth of the regex.
+_LITERALS = ("AKIA", "ASIA", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "eyJ", "PRIVATE KEY")
+_KEYWORDS = ("pass", "pwd", "secret", "key", "token")
+_BODY = re.compile(CREDENTIAL_PATTERNS[8])
+
+
+def _maybe_credential(text: str) -> bool:
+    if any(t in text for t in _LITERALS):
+        return True
+    low = text.lower()
+    return any(k in low for k in _KEYWORDS) or _BODY.search(text) is not None
+
+
+def credentials_category(action: str) -> Category:
+    return Category(CREDENTIALS, question="allow", results=action, regex=_CRED_RE, maybe=_maybe_credential)
+
+
+_FORMAT_HELP = ("write a YAML or JSON mapping `categories: {NAME: {words: [...], patterns: [...], "
+                "question: refuse|allow, message: ..., results: redact|drop|allow}}`")
+
+
+def load_lexicon(path: Path, shown: str) -> list[Category]:
+    """Categories of a lexicon file; a missing or malformed file is one ContractError naming it."""
+    import yaml
+
+    where = f"postprocess.sensitive.lexicon {shown}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ContractError(f"{where}: no such file ({path}): create it or fix the path (relative to the "
+                            "contract's folder)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ContractError(f"{where}: cannot read it ({exc})") from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ContractError(f"{where}:{line} not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
+                            + _FORMAT_HELP) from None
+    cats = data.get("categories") if isinstance(data, dict) else None
+    if not isinstance(cats, dict) or not cats:
+        raise ContractError(f"{where}: no categories: {_FORMAT_HELP}")
+    out = []
+    allowed = {"words", "patterns", "question", "message", "results", "show_match"}
+    for name, spec in cats.items():
+        at = f"{where}: categories.{name}"
+        if not isinstance(spec, dict):
+            raise ContractError(f"{at}: a category is a mapping: {_FORMAT_HELP}")
+        unknown = set(spec) - allowed
+        if unknown:
+            raise ContractError(f"{at}: unknown key(s) {', '.join(sorted(map(str, unknown)))}: use "
+                                f"{', '.join(sorted(allowed))}")
+        words, patterns = spec.get("words") or [], spec.get("patterns") or []
+        if not isinstance(words, list) or not isinstance(patterns, list) or not (words or patterns):
+            raise ContractError(f"{at}: give a list of words and/or patterns")
+        question, results = spec.get("question", "allow"), spec.get("results", "redact")
+        if question not in ("refuse", "allow"):
+            raise ContractError(f"{at}.question: {question!r}: use refuse or allow")
+        if results not in ("redact", "drop", "allow"):
+            raise ContractError(f"{at}.results: {results!r}: use redact, drop or allow")
+        message = spec.get("message") or ""
+        if question == "refuse" and not str(message).strip():
+            raise ContractError(f"{at}.message: required when question is refuse: the text a refused asker reads")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
+            raise ContractError(f"{at}: a category name is letters, digits, _ . - (it is shown in [REDACTED:name])")
+        out.append(Category(str(name), question, results, str(message), bool(spec.get("show_match", False)),
+                            _compile(words, patterns, at)))
+    return out
+
+
+def rules_for(cfg, base: Path | None) -> Rules:
+    """The compiled rules of a ``postprocess.sensitive`` setting (cached on it)."""
+    cats = [] if cfg.credentials == "off" else [credentials_category(cfg.credentials)]
+    if cfg.lexicon:
+        path = Path(cfg.lexicon).expanduser()
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        cats = load_lexicon(path, cfg.lexicon) + cats
+    return Rules(cats)
+
+
+def apply(rules: Rules, question: str, window: list, rows: dict) -> tuple[list, dict[str, str], dict, tuple | None]:
+    """(window without dropped hits, {chunk id: {field: redacted value}}, trace record, refusal or None).
+
+    ``window``: [(chunk id, score)] after dedup; ``rows``: chunk rows by id. A hit's text, title and
+    section path (what the context block shows) are scanned; a match in any drops the hit."""
+    refused = rules.refusal(question)
+    kept, texts = [], {}
+    redacted: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    for item in window:
+        row, changed, drop = rows[item[0]], {}, None
+        for name in ("text", "title", "section_path"):
+            value, drop, counts = rules.scan(row.get(name) or "")
+            if drop:
+                break
+            if counts:
+                changed[name] = value
+                for k, n in counts.items():
+                    redacted[k] = redacted.get(k, 0) + n
+        if drop:
+            dropped[drop] = dropped.get(drop, 0) + 1
+            continue
+        if changed:
+            texts[item[0]] = changed
+        kept.append(item)
+    trace = {"question": None if refused is None else {"category": refused[0].name, "action": "refuse"},
+             "redacted": redacted, "dropped": dropped}
+    return kept, texts, trace, refused
+
+
+def safe_notes(rules: Rules, notes: list[str]) -> list[str]:
+    """Explanation lines quoting index terms (spelling suggestions) without one the rules would
+    redact or drop: the index's vocabulary is lowercased, so each is also checked upper-cased."""
+    def clean(note: str) -> bool:
+        return all(rules.scan(t)[1:] == (None, {}) for t in (note, note.upper()))
+
+    return [n for n in notes if clean(n)]

@@ -1,0 +1,231 @@
+"""postprocess.sensitive: the built-in credentials rule and lexicon categories, applied by the one
+pipeline (query, query --json/--context, eval's answers, serve), recorded in the trace by category
+and count only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kbtool import load_contract, retrieve
+from kbtool.cli import app
+from kbtool.errors import ContractError
+from kbtool.query.pipeline import count_tokens_for
+
+from .conftest import write
+
+runner = CliRunner()
+
+# Fake secrets, built so that this file itself holds none verbatim.
+AWS = "AKIA" + "QX7RZ2MB4TKW9PLD"
+SK = "sk-" + "proj-" + "a8Jd0Qz3Lm5Xc7Vb9Nn2Rt4Yu6Io1Pw"
+GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+KEY_BODY = "MIIEowIBAAKCAQEA7b3x9Qm2LwZr4Tn8Vc1Kp0Ys5Hd6Jf3Ga2Ue9Ri7Oo4Aa1Bb2C"
+PEM = "-----BEGIN RSA " + f"PRIVATE KEY-----\n{KEY_BODY}\n{KEY_BODY[::-1]}\n-----END RSA " + "PRIVATE KEY-----"
+PASSWORD = "Tr0ub4dor&3x"
+SECRETS = [AWS, SK, GHP, KEY_BODY, KEY_BODY[::-1], PASSWORD]
+SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+DOCS = {
+    "deploy.md": ("# Deploying the billing worker\n\nThe billing worker deploy needs cloud credentials. "
+                  f"Set the access key id {AWS} in the worker environment, the model token {SK} and the "
+                  f"repository token {GHP}. The worker config reads:\n\n```\ndb_user = billing\n"
+                  f"password = {PASSWORD}\n```\n\nThe signing key of the billing worker deploy:\n\n{PEM}\n"),
+    "errors.md": ("# Error TW-E4031\n\nTW-E4031 means the upload checksum failed. Compare the sha256 digest "
+                  f"{SHA} with the one on the download page. The password: required field of the login form "
+                  "and api_key: YOUR_API_KEY in agent.yaml are unrelated. The task id is 3f2b9c1e-7d4a-4b8e-9a61-0c5d2e7f8a90.\n"),
+    "pay.md": ("# Salary bands\n\nThe salary bands for support engineers are reviewed every spring by the "
+               "billing committee at hr-db.internal.\n"),
+    "refund.md": "# Refunds\n\nA refund is available within thirty days of purchase; the billing team sends it.\n",
+}
+LEXICON = """\
+categories:
+  pay:
+    words: [salary, salaries, "pay band"]
+    question: refuse
+    message: "Questions about staff pay go to HR, not to this assistant."
+    results: drop
+  hosts:
+    patterns: ['\\b[a-z0-9-]+\\.internal\\b']
+    results: redact
+"""
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    base = tmp_path_factory.mktemp("sensitive")
+    for name, text in DOCS.items():
+        write(base / "docs" / name, text)
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "docs"], embedder=embedder).failed
+    write(base / "conf" / "lex.yaml", LEXICON)
+    write(base / "conf" / "kbtool.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    lexicon: lex.yaml\n")
+    return {"store": store, "base": base, "contract": base / "conf" / "kbtool.yaml"}
+
+
+def ask(kb, question, embedder, overrides=(), contract=None, **kw):
+    c = load_contract(contract, list(overrides), search=False)
+    return retrieve(kb["store"], c, question, embedder=embedder, **kw)
+
+
+def leaks(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text]
+
+
+# ---- the built-in credentials rule ----------------------------------------------------------
+def test_credentials_never_reach_hits_context_or_trace(kb, embedder, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    a = ask(kb, "billing worker deploy access key and token", embedder, top_k=4, trace_path=trace)
+    assert a.hits and a.hits[0].doc_id == "deploy.md"
+    everything = json.dumps(a.to_dict(with_trace=True)) + trace.read_text()
+    assert leaks(everything) == []
+    assert "[REDACTED:credentials]" in a.context and "[REDACTED:credentials]" in a.hits[0].text
+    assert "password = [REDACTED:credentials]" in "\n".join(h.text for h in a.hits)  # the key stays readable
+    sens = a.trace["sensitive"]
+    assert sens["redacted"]["credentials"] >= 5 and sens["dropped"] == {} and sens["question"] is None
+    assert "sensitive_ms" in a.trace["timings_ms"]
+
+
+def test_credentials_drop(kb, embedder):
+    a = ask(kb, "billing worker deploy access key and token", embedder, ["postprocess.sensitive.credentials=drop"])
+    assert "deploy.md" not in {h.doc_id for h in a.hits} and a.hits
+    assert a.trace["sensitive"]["dropped"]["credentials"] >= 1 and a.trace["sensitive"]["redacted"] == {}
+    assert leaks(json.dumps(a.to_dict(with_trace=True))) == []
+
+
+def test_query_json_and_context_cli(kb):
+    store = str(kb["store"].path)
+    r = runner.invoke(app, ["query", "billing worker deploy access key", "--store", store, "--json", "-k", "4"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["hits"][0]["doc_id"] == "deploy.md" and leaks(r.stdout) == []
+    assert "[REDACTED:credentials]" in out["hits"][0]["text"]
+    r = runner.invoke(app, ["query", "billing worker deploy signing key", "--store", store, "--context"])
+    assert r.exit_code == 0, r.output
+    assert "[REDACTED:credentials]" in r.stdout and leaks(r.stdout) == []
+    r = runner.invoke(app, ["query", "billing worker deploy signing key", "--store", store])  # the table
+    assert r.exit_code == 0 and leaks(r.stdout) == []
+
+
+def test_server_answers(kb):
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.service import Service
+
+    service = Service(kb["store"].path, kb["contract"])
+    c = TestClient(create_app(service), base_url="http://127.0.0.1")
+    r = c.post("/v1/retrieve", json={"question": "billing worker deploy access key and token"})
+    assert r.status_code == 200, r.text
+    assert r.json()["hits"] and leaks(r.text) == [] and "[REDACTED:credentials]" in r.text
+
+
+def test_ordinary_text_is_untouched(kb, embedder):
+    a = ask(kb, "TW-E4031 upload checksum sha256", embedder, top_k=4)
+    errors = next(h for h in a.hits if h.doc_id == "errors.md")
+    assert errors.text == kb["store"].chunks_by_id([errors.chunk_id])[errors.chunk_id]["text"]
+    assert SHA in errors.text and "password: required" in errors.text and "api_key: YOUR_API_KEY" in errors.text
+    assert "REDACTED" not in errors.text
+
+
+def test_sample_store_is_identical_with_it_off(sample_store, embedder):
+    """The sample corpus holds no credential: the built-in rule (on by default) changes nothing, and
+    off the stage does not run at all."""
+    qs = [json.loads(x)["question"] for x in open("eval_sets/sample.jsonl", encoding="utf-8") if x.strip()][:25]
+    on = retrieve(sample_store, load_contract(search=False), qs, embedder=embedder)
+    off = retrieve(sample_store, load_contract(overrides=["postprocess.sensitive.credentials=off"], search=False),
+                   qs, embedder=embedder)
+    for a, b in zip(on, off):
+        assert a.to_dict() == b.to_dict()
+        assert a.trace["sensitive"] == {"question": None, "redacted": {}, "dropped": {}, "ms": a.trace["sensitive"]["ms"]}
+        assert "sensitive" not in b.trace
+
+
+# ---- a lexicon -------------------------------------------------------------------------------
+def test_lexicon_refuses_a_question(kb, embedder):
+    a = ask(kb, "What are the salary bands of support engineers?", embedder, contract=kb["contract"])
+    assert a.decision == "refuse" and a.hits == []
+    assert "'pay'" in a.explanation["message"] and "salary" not in a.explanation["message"]
+    assert a.context == "Questions about staff pay go to HR, not to this assistant.\n"
+    assert a.trace["sensitive"]["question"] == {"category": "pay", "action": "refuse"}
+    assert "salary" not in json.dumps(a.trace["sensitive"])
+
+
+def test_lexicon_show_match(kb, embedder, tmp_path):
+    write(tmp_path / "lex.yaml", LEXICON.replace("    results: drop", "    results: drop\n    show_match: true"))
+    write(tmp_path / "k.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    lexicon: lex.yaml\n")
+    a = ask(kb, "What are the salary bands?", embedder, contract=tmp_path / "k.yaml")
+    assert a.decision == "refuse" and "'salary'" in a.explanation["message"]
+
+
+def test_lexicon_drops_and_redacts_results(kb, embedder):
+    a = ask(kb, "bands reviewed every spring by the billing committee", embedder, contract=kb["contract"], top_k=4)
+    assert a.decision != "refuse" or a.explanation.get("sensitive") is None
+    assert "pay.md" not in {h.doc_id for h in a.hits} and a.trace["sensitive"]["dropped"] == {"pay": 1}
+    # the pay category dropped it; without the drop the host would be redacted
+    write(kb["base"] / "conf" / "lex2.yaml", LEXICON.replace("results: drop", "results: redact"))
+    a = ask(kb, "bands reviewed every spring by the billing committee", embedder, contract=kb["contract"],
+            overrides=["postprocess.sensitive.lexicon=lex2.yaml"], top_k=4)
+    pay = next(h for h in a.hits if h.doc_id == "pay.md")
+    assert "hr-db.internal" not in pay.text and "[REDACTED:hosts]" in pay.text and "[REDACTED:pay]" in pay.text
+    assert pay.title == pay.section_path == "[REDACTED:pay] bands"  # what the context block shows too
+    assert "Salary" not in a.context and "salary" not in a.context
+    assert a.trace["sensitive"]["redacted"]["hosts"] == 1 and "hr-db" not in json.dumps(a.trace)
+
+
+def test_eval_sees_the_stage(kb, tmp_path):
+    qs = write(tmp_path / "q.jsonl", json.dumps({"id": "p", "question": "what is the salary of engineers",
+                                                 "relevant": ["pay.md"]}) + "\n")
+    r = runner.invoke(app, ["eval", str(qs), "--store", str(kb["store"].path), "--contract", str(kb["contract"]),
+                            "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    modes = out["per_question"][0]["modes"]
+    assert modes["contract"]["decision"] == "refuse" and modes["contract"]["first_relevant_rank"] is None
+    assert all(m["decision"] == "refuse" for m in modes.values())  # every mode runs the same answer()
+
+
+# ---- errors ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("lexicon, expected", [
+    (None, "no such file"),
+    ("categories: [oops\n", "not valid YAML"),
+    ("categories:\n  pay:\n    words: [x]\n    question: refuse\n", "message: required"),
+    ("categories:\n  pay:\n    patterns: ['(']\n", "not a valid regex"),
+    ("categories:\n  pay:\n    words: [x]\n    results: hide\n", "use redact, drop or allow"),
+    ("words: [x]\n", "no categories"),
+])
+def test_bad_lexicon_is_one_line(kb, tmp_path, lexicon, expected):
+    if lexicon is not None:
+        write(tmp_path / "lex.yaml", lexicon)
+    contract = write(tmp_path / "k.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    lexicon: lex.yaml\n")
+    with pytest.raises(ContractError, match=expected) as exc:
+        load_contract(contract)
+    assert "postprocess.sensitive.lexicon lex.yaml" in str(exc.value) and "\n" not in str(exc.value)
+    r = runner.invoke(app, ["query", "refund", "--store", str(kb["store"].path), "--contract", str(contract)])
+    assert r.exit_code == 1 and expected in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_contract_round_trip_and_off_spelling(tmp_path):
+    from kbtool.contract import dump_yaml, validate_contract, yaml_load_plain
+
+    c = load_contract(search=False)
+    assert c.postprocess.sensitive.credentials == "redact" and c.postprocess.sensitive.lexicon is None
+    assert validate_contract(yaml_load_plain(dump_yaml(c))) == c
+    off = write(tmp_path / "k.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    credentials: off\n")
+    assert load_contract(off).postprocess.sensitive.credentials == "off"
+
+
+
+def test_spelling_suggestions_never_offer_a_secret():
+    """The index's vocabulary is lowercased: a suggestion is checked as written and upper-cased."""
+    from kbtool.contract import Sensitive
+    from kbtool.query.sensitive import safe_notes
+
+    notes = [f"instead of 'x', the index has: {SK.lower()}", f"instead of 'y', the index has: {AWS.lower()}",
+             "instead of 'colour', the index has: color, tw-e4031"]
+    assert safe_notes(Sensitive().rules(), notes) == notes[2:]
