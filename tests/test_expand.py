@@ -137,3 +137,21 @@ def test_off_is_identical(kb, fake_embedder):
 def test_bad_settings_are_contract_errors(setting, key):
     with pytest.raises(ContractError, match=key.replace(".", r"\.")):
         load_contract(None, [setting], search=False)
+
+
+def test_an_expanded_span_never_carries_a_credential_its_neighbour_holds(tmp_path, fake_embedder):
+    """postprocess.sensitive scans the hit's own chunk before expansion; the neighbours a span adds
+    were never scanned: a fake AWS key in the next paragraph must not reach the hit or the context."""
+    key = "AKIA" + "ABCDEFGHIJKLMNOP"
+    guide = GUIDE.replace("Paragraph fjord: the nightly", f"Paragraph fjord: key {key} for the nightly")
+    write(tmp_path / "docs" / "guide.md", guide)
+    write(tmp_path / "docs" / "billing.md", OTHER)
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=40, overlap=0)).failed
+    got = ask(store, fake_embedder, "ember volume checksum", *SECTION)
+    top = got.hits[0]
+    assert top.chunk_id == "guide.md#5" and "Paragraph fjord" in top.text  # the span reached the key's paragraph
+    assert key not in top.text and key not in got.context and "[REDACTED:credentials]" in top.text
+    assert got.trace["sensitive"]["redacted"].get("credentials", 0) >= 1
+    dropped = ask(store, fake_embedder, "ember volume checksum", *SECTION, "postprocess.sensitive.credentials=drop")
+    assert key not in dropped.context and all(key not in h.text for h in dropped.hits)
