@@ -378,7 +378,7 @@ class Rerank(_Strict):
 
 
 class Sensitive(_Strict):
-    """Sensitive content (kbtool.query.sensitive): refuse questions, redact or drop results."""
+    """Sensitive content (kbtool.sensitive): refuse questions, redact or drop results."""
 
     credentials: Literal["redact", "drop", "off"] = Field(
         "redact", description="results holding credential-looking strings (AWS key ids, sk-/ghp_/xoxb- tokens, "
@@ -398,7 +398,7 @@ class Sensitive(_Strict):
         """The compiled rules, a relative lexicon read from ``base`` (default: the current folder;
         ``load_contract`` makes it absolute): read and checked once, a bad lexicon is a ContractError."""
         if self._rules is None:
-            from .query.sensitive import rules_for
+            from .sensitive import rules_for
 
             self._rules = rules_for(self, base)
         return self._rules

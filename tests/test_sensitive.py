@@ -224,7 +224,7 @@ def test_contract_round_trip_and_off_spelling(tmp_path):
 def test_spelling_suggestions_never_offer_a_secret():
     """The index's vocabulary is lowercased: a suggestion is checked as written and upper-cased."""
     from kbtool.contract import Sensitive
-    from kbtool.query.sensitive import safe_notes
+    from kbtool.sensitive import safe_notes
 
     notes = [f"instead of 'x', the index has: {SK.lower()}", f"instead of 'y', the index has: {AWS.lower()}",
              "instead of 'colour', the index has: color, tw-e4031"]

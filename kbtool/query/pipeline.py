@@ -336,7 +336,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     div = contract.postprocess.diversity
     diverse = div.mmr_lambda is not None or div.max_per_document is not None
     grow = contract.postprocess.expand  # postprocess.expand: merged hits leave room, so read a margin
-    sens = contract.postprocess.sensitive.rules()  # postprocess.sensitive (query.sensitive)
+    sens = contract.postprocess.sensitive.rules()  # postprocess.sensitive (kbtool.sensitive)
     margin = 20 if diverse or grow.mode else 0
     window = (fused[: top_k + 20] if contract.postprocess.dedup.enabled or margin or sens.drops
               else fused[:top_k])
@@ -351,7 +351,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
                                      keep=None if sens.drops else top_k + margin)
     redacted, sensitive, refused = {}, None, None
     if sens.active:  # after dedup, before hits and the context: drop or redact, record counts only
-        from . import sensitive as sensitive_stage
+        from .. import sensitive as sensitive_stage
 
         t_s = time.perf_counter()
         window, redacted, sensitive, refused = sensitive_stage.apply(sens, p.raw, window[:top_k + 20], rows)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ContractError
+from .errors import ContractError
 
 CREDENTIALS = "credentials"
 
