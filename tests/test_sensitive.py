@@ -142,7 +142,7 @@ def test_sample_store_is_identical_with_it_off(sample_store, embedder):
                    qs, embedder=embedder)
     for a, b in zip(on, off):
         assert a.to_dict() == b.to_dict()
-        assert a.trace["sensitive"] == {"question": None, "redacted": {}, "dropped": {}, "ms": a.trace["sensitive"]["ms"]}
+        assert a.trace["sensitive"] == {"question": None, "redacted": {}, "dropped": {}}  # no time in it: equal runs give equal traces
         assert "sensitive" not in b.trace
 
 

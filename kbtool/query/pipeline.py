@@ -355,7 +355,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 
         t_s = time.perf_counter()
         window, redacted, sensitive, refused = sensitive_stage.apply(sens, p.raw, window[:top_k + 20], rows)
-        sensitive["ms"] = round((time.perf_counter() - t_s) * 1000, 3)
+        sensitive_ms = round((time.perf_counter() - t_s) * 1000, 3)  # in timings_ms only: the record stays equal
     diversified: dict = {}
     if diverse:  # postprocess.diversity: MMR over the chunk vectors, a per-document cap
         from .postprocess import diversify
@@ -462,7 +462,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         **({"sensitive": sensitive} if sensitive else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {}),
-                       **({"sensitive_ms": sensitive["ms"]} if sensitive else {})},
+                       **({"sensitive_ms": sensitive_ms} if sensitive else {})},
     }
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
