@@ -119,8 +119,13 @@ class EvalReport:
         """Per mode, ``distinct@K``: the mean number of distinct documents among each question's
         top K hits, over every question (answerable or not; no judgement needed)."""
         names = [f"distinct@{k}" for k in sorted(set(self.config.ks))]
-        return {m: {n: round6(sum(r.modes[m].distinct[n] for r in self.results) / len(self.results))
-                    if self.results else None for n in names} for m in self.config.modes}
+
+        def mean(m: str, n: str) -> float | None:
+            # results read back from a report written before distinct@K (a --baseline) have none
+            got = [r.modes[m].distinct[n] for r in self.results if m in r.modes and n in r.modes[m].distinct]
+            return round6(sum(got) / len(got)) if got else None
+
+        return {m: {n: mean(m, n) for n in names} for m in self.config.modes}
 
     def tags(self) -> list[str]:
         return sorted({t for r in self.results for t in r.question.tags})
