@@ -7,6 +7,7 @@ against exact search, warm and cold query latency, retrieval quality.
     .venv/bin/python bench/run.py --only models        # one embedding model against two (use-m added)
     .venv/bin/python bench/run.py --only serve         # kbtool serve: warm latency, requests/s, memory
     .venv/bin/python bench/run.py --only scale         # 10k, 30k, 100k chunks (bench/scale.py; ~40 min)
+    .venv/bin/python bench/run.py --only postprocess   # each post-processing option: relevance and added latency
 
 Writes bench/out/ (the store, scratch) and bench/results.json + bench/RESULTS.md (committed).
 """
@@ -28,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import machine  # noqa: E402
+from postprocess import postprocess_bench, postprocess_markdown  # noqa: E402
 from scale import markdown as scale_markdown, scale_bench  # noqa: E402
 
 
@@ -543,7 +545,7 @@ def serve_markdown(r: dict) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve", "scale"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve", "scale", "postprocess"], help="run one part alone, merged into the results")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -553,7 +555,8 @@ def main() -> None:
     if args.only:
         part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
                      "models": (models_bench, "models"), "serve": (serve_bench, "serve"),
-                     "scale": (scale_and_serve, "scale")}[args.only]
+                     "scale": (scale_and_serve, "scale"),
+                     "postprocess": (postprocess_bench, "postprocess")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
         part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -696,6 +699,7 @@ def main() -> None:
     results["query_cold_imports_ms"] = import_costs(kbtool, queries[0], store_dir)
     large_files(results)
     rerank_bench(results)
+    postprocess_bench(results)
     models_bench(results)
     scale_and_serve(results)
 
@@ -759,6 +763,7 @@ def write_markdown(r: dict) -> None:
         *[f"| {m} | {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" for m, v in r["eval"].items()],
         *large_files_markdown(r.get("large_files", {})),
         *rerank_markdown(r.get("rerank", {})),
+        *postprocess_markdown(r.get("postprocess", {})),
         *models_markdown(r.get("models", {})),
         *serve_markdown(r.get("serve", {})),
         *(scale_markdown(r["scale"]) if r.get("scale") else []),

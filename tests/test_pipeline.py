@@ -264,14 +264,16 @@ def test_default_contract_beats_single_retrievers_and_refuses_most_unanswerable(
     # answerable Chinese questions 1 of 14 zh-literal and all 17 zh-paraphrase: the English-only
     # dense model cannot read them and BM25 finds no shared words, which a multilingual dense
     # index is for; they are left out of the bound below until then (37 of 115 in all).
+    # q150-q160 (2026-12-02, the conflict / long-section / near-duplicates questions): 11 answerable,
+    # 1 refused (q153, the 64 MB part size: 39 of 126 in all).
     unans = [q for q in report.results if not q.question.answerable and q.question.id <= "q098"]
     assert len(unans) == 14 and sum(q.modes["contract"].refused for q in unans) >= 0.8 * len(unans)
     off = [q for q in report.results if "off-topic" in q.question.tags]
     assert len(off) == 6 and all(q.modes["contract"].refused for q in off)
     assert r["unanswerable"] == 34 and r["correctly_refused"] >= 0.7 * r["unanswerable"]
-    assert r["answerable"] == 115
+    assert r["answerable"] == 126
     answerable = [q for q in report.results if q.question.answerable and "zh-paraphrase" not in q.question.tags]
-    assert len(answerable) == 98 and sum(q.modes["contract"].refused for q in answerable) <= 0.25 * len(answerable)
+    assert len(answerable) == 109 and sum(q.modes["contract"].refused for q in answerable) <= 0.25 * len(answerable)
     literal = [q for q in answerable if "zh-literal" in q.question.tags]
     assert len(literal) == 14 and sum(q.modes["contract"].refused for q in literal) <= 0.25 * len(literal)
 

@@ -82,7 +82,7 @@ def test_newer_catalog_schema_is_refused(tmp_path):
 
 def test_status_counts(sample_store):
     info = sample_store.status()
-    assert info["documents"] == 16 and info["chunks"] > 50  # 12, and four Chinese pages in zh/ since q117-q149
+    assert info["documents"] == 20 and info["chunks"] > 50  # 12, four Chinese pages in zh/ (q117-q149), four for q150-q160
     assert info["indexes_current"] is True
     assert set(info["documents_by_type"]) == {"md", "html", "pdf", "docx", "csv", "txt"}
     assert info["chunks"] == sample_store.vectors.count() == len(sample_store.bm25().chunk_ids)

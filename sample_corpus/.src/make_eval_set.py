@@ -18,6 +18,7 @@ TS, INS, AG, API, DOCX, CSV, ORD, PDF, ESC, ZH, PERM, RES = (
     "api/reference.html", "policies/refund-policy.docx", "billing/plans.csv",
     "billing/orders.md", "release-notes.pdf", "support/escalation.txt", "zh/faq.md",
     "security/permissions.md", "policies/data-residency.md")
+LF, SM, MT = "manual/large-files.md", "manual/server-move.md", "support/maintenance.md"
 ZINS, ZTS, ZBILL, ZSEC = "zh/install.md", "zh/troubleshooting.md", "zh/billing.md", "zh/security.md"
 
 
@@ -400,6 +401,41 @@ Q = [
     # web console's display language)
     ("在中国大陆可以用微信或支付宝付款吗？", [], ["unanswerable", "zh"]),
     ("网页控制台可以切换成中文界面吗？", [], ["unanswerable", "zh"]),
+    # ---- q150-q160 (2026-12-02), questions the post-processing options of issue 21 need.
+    # conflict: manual/large-files.md (updated 2025-09-15) and its older copy
+    # archive/large-files-2023.md (updated 2023-05-10) disagree on each answer; only the newer
+    # page is labelled, so an option that puts the older page first costs nDCG.
+    ("What is the largest file the Tidewater agent can sync?",
+     [R(LF, "The agent syncs a single file of up to 50 GB.")], ["conflict"]),
+    ("How many computers can one member link to a workspace?",
+     [R(LF, "Each member can link up to 10 computers to the same workspace.")], ["conflict"]),
+    ("Can the agent sync a folder on a network drive?",
+     [R(LF, "The agent can sync a folder on a network drive (SMB or NFS)")], ["conflict"]),
+    ("What part size does the agent use when uploading files over 4 GB?",
+     [R(LF, "Files over 4 GB are uploaded in parts of 64 MB")], ["conflict"]),
+    # long-section: the answer is one sentence inside the long "Copying the data" section of
+    # manual/server-move.md (several chunks of one section)
+    ("Why must I copy the server's identity key when moving a self-hosted server?",
+     [R(SM, "an agent that sees a different key refuses to connect")], ["long-section"]),
+    ("How long does the first start of a moved server take?",
+     [R(SM, "for a million files this takes about ten minutes")], ["long-section"]),
+    ("What happens if a block gets damaged while copying the block directory to the new machine?",
+     [R(SM, "a block that was damaged on the way is detected the first time it is read")], ["long-section"]),
+    ("Do members need to change anything in their agents after we move our server to a new machine?",
+     [R(SM, "Keep the public address unchanged, so that agents do not need any new settings")],
+     ["long-section", "paraphrase"]),
+    # near-duplicates: support/maintenance.md repeats one paragraph per region with only the
+    # region and times changed; the other relevant pages must get past its near-identical windows
+    ("What happens to my edits while the service is down for scheduled maintenance?",
+     [R(MT, "Desktop agents switch to offline mode and queue your changes locally"),
+      R(AG, "it switches to offline mode and queues changes locally", 1),
+      R(TS, "The server is temporarily unavailable, usually during maintenance", 1)],
+     ["near-duplicates", "multi-doc"]),
+    ("When is the scheduled maintenance window for the CN region?",
+     [R(MT, "first Saturday of each month from 01:00 to 03:00 China Standard Time")], ["near-duplicates"]),
+    ("Is the web console usable during maintenance, and how early are windows announced?",
+     [R(MT, "During the window the web console is read-only and uploads pause."),
+      R(MT, "The status page announces each window at least 7 days in advance.")], ["near-duplicates"]),
 ]
 
 # ---------------------------------------------------------------- visible text
