@@ -16,6 +16,7 @@ chunks before this stage)."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 
 # Words whose trailing period does not end a sentence (compared lower-case, without the period).
@@ -154,9 +155,9 @@ def question_weights(cands) -> dict[str, float]:
     return weights
 
 
-def compress_text(text: str, scores: list[float], units: list[Unit], cfg, count_tokens) -> tuple[str, list[int]]:
-    """(compressed text, indexes of the units kept); the text itself when every unit is kept."""
-    cost = [count_tokens(text[u.start:u.end]) for u in units]
+def compress_text(text: str, scores: list[float], units: list[Unit], cfg, cost: list[int]) -> tuple[str, list[int]]:
+    """(compressed text, indexes of the units kept); the text itself when every unit is kept.
+    ``cost``: each unit's model tokens."""
     seeds = sorted((i for i, s in enumerate(scores) if s > 0 and units[i].kind != "heading"),
                    key=lambda i: (-scores[i], i))[: cfg.max_sentences]
     keep: set[int] = set()
@@ -206,13 +207,19 @@ def _elision(gap: str, text: str, units: list[Unit], a: int, b: int) -> str:
     return "\n\n…\n\n"
 
 
-def compress(hits: list, cands, analyzer, cfg, count_tokens) -> tuple[list, dict]:
+def compress(hits: list, cands, analyzer, cfg, count_tokens, spans=None) -> tuple[list, dict]:
     """Compressed copies of ``hits`` (same order, ranks, spans). Returns (hits, trace): ``compressed``
-    [[chunk id, tokens before, tokens after, units kept, units]] for every hit looked at."""
+    [[chunk id, tokens before, tokens after, units kept, units]] for every hit looked at.
+    ``spans(text)``: the model's token offsets (one tokenizer call per hit prices every unit);
+    None: ``count_tokens`` per unit. ``count_tokens`` None: the length of ``spans`` (the same
+    tokenizer), else whitespace words."""
+    if count_tokens is None:
+        count_tokens = (lambda t: len(spans(t))) if spans is not None else (lambda t: len(t.split()))
     weights = question_weights(cands)
     out, record = [], []
     for hit in hits:
-        before = count_tokens(hit.text)
+        starts = [a for a, _ in spans(hit.text)] if spans is not None else None
+        before = len(starts) if starts is not None else count_tokens(hit.text)
         if before < cfg.min_tokens or not weights:
             out.append(hit)
             continue
@@ -222,7 +229,11 @@ def compress(hits: list, cands, analyzer, cfg, count_tokens) -> tuple[list, dict
             record.append([hit.chunk_id, before, before, len(units), len(units)])
             out.append(hit)
             continue
-        text, kept = compress_text(hit.text, scores, units, cfg, count_tokens)
+        if starts is not None:  # the tokens starting inside each unit
+            cost = [bisect_left(starts, u.end) - bisect_left(starts, u.start) for u in units]
+        else:
+            cost = [count_tokens(hit.text[u.start:u.end]) for u in units]
+        text, kept = compress_text(hit.text, scores, units, cfg, cost)
         after = before if text is hit.text else count_tokens(text)
         record.append([hit.chunk_id, before, after, len(kept), len(units)])
         out.append(replace(hit, text=text) if text is not hit.text else hit)

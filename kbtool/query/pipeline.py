@@ -452,7 +452,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 
         t_c = time.perf_counter()
         hits, compressed = compress(hits, cands, store.analyzer, contract.postprocess.compress,
-                                    count_tokens or count_tokens_for(store))
+                                    count_tokens, _token_spans(store))
         compress_ms = round((time.perf_counter() - t_c) * 1000, 3)  # in timings_ms only: the record stays equal
     context = ""
     if count_tokens is not None:
