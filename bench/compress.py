@@ -15,7 +15,8 @@ built at the contract's ``context.max_tokens``. Per variant:
 - ``evidence_in_context``: share of pairs whose evidence reaches the context block;
 - ``sources``, ``context_tokens``: mean sources in the block and its mean tokens;
 - ``hit_tokens``: mean tokens of a top-k hit's text;
-- ``compress_ms_p50`` / ``p95``: the stage's own time (trace timings_ms.compress_ms).
+- ``compress_ms_p50`` / ``p95``: the stage's own time (trace timings_ms.compress_ms);
+  ``answer_ms_p50``: the whole of ``answer`` after gathering (timings_ms.fuse_decide_ms), context included.
 Questions without evidence labels (Cranfield's qrels) count for sources, tokens and time only.
 """
 
@@ -69,7 +70,7 @@ def main() -> None:
     plain_has: dict = {}
     for name, contract in contracts.items():
         stats = {"pairs": 0, "in_hits": 0, "kept": 0, "kept_of": 0, "in_context": 0, "sources": [], "ctx_tokens": [],
-                 "hit_tokens": [], "ms": []}
+                 "hit_tokens": [], "ms": [], "answer_ms": []}
         for q, c in zip(qs, cands):
             a = answer(store, contract, c, sc=sc, tags=q.tags, count_tokens=counter)
             hits = a.hits[:k]
@@ -77,6 +78,7 @@ def main() -> None:
             stats["sources"].append(len(included))
             stats["ctx_tokens"].append(counter(a.context))
             stats["hit_tokens"].extend(counter(h.text) for h in hits)
+            stats["answer_ms"].append(a.trace["timings_ms"]["fuse_decide_ms"])
             if "compress_ms" in a.trace.get("timings_ms", {}):
                 stats["ms"].append(a.trace["timings_ms"]["compress_ms"])
             for n, r in enumerate(q.relevant):
@@ -102,6 +104,7 @@ def main() -> None:
             "sources": round(statistics.mean(stats["sources"]), 2),
             "context_tokens": round(statistics.mean(stats["ctx_tokens"]), 1),
             "hit_tokens": round(statistics.mean(stats["hit_tokens"]), 1) if stats["hit_tokens"] else 0,
+            "answer_ms_p50": round(statistics.median(stats["answer_ms"]), 2),
             **({"compress_ms_p50": round(statistics.median(ms), 3),
                 "compress_ms_p95": round(ms[int(0.95 * (len(ms) - 1))], 3)} if ms else {}),
         }

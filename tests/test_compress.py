@@ -33,6 +33,11 @@ def test_abbreviations_versions_and_file_names_do_not_end_a_sentence():
         "Ask Dr. Smith, i.e. The owner!", "Why?", "Because etc. is fine."]
 
 
+def test_a_period_set_off_by_spaces_ends_a_sentence():
+    text = "a wing in a slipstream . an experimental study was made . results follow"
+    assert [t for _, t in units(text)] == ["a wing in a slipstream .", "an experimental study was made .", "results follow"]
+
+
 def test_chinese_sentences():
     text = "同步冲突时会保留两个版本。不会丢失任何修改！真的吗？是的"
     assert [t for _, t in units(text)] == ["同步冲突时会保留两个版本。", "不会丢失任何修改！", "真的吗？", "是的"]

@@ -29,8 +29,9 @@ _TABLE = re.compile(r"^\s*\|")
 _LIST = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,3}[.)])\s+")
 _INDENTED = re.compile(r"^(?: {4}|\t)")
 # A sentence end: terminal punctuation, closing quotes/brackets, then space before a capital,
-# digit, quote, bracket, backtick or CJK; or a CJK full stop / exclamation / question mark.
-_END = re.compile(r"[.!?][\"'”’)\]]*\s+(?=[A-Z0-9\"'“‘(\[`\u3400-\u9fff])|[。！？][」』”’）)]*\s*")
+# digit, quote, bracket, backtick or CJK; a period set off by spaces (" . ", tokenized text such as
+# Cranfield's abstracts); or a CJK full stop / exclamation / question mark.
+_END = re.compile(r"[.!?][\"'”’)\]]*\s+(?=[A-Z0-9\"'“‘(\[`\u3400-\u9fff])|(?<=\s)[.!?]\s+|[。！？][」』”’）)]*\s*")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
