@@ -14,6 +14,8 @@ built at the contract's ``context.max_tokens``. Per variant:
   compressed hit still holds it;
 - ``evidence_in_context``: share of pairs whose evidence reaches the context block;
 - ``sources``, ``context_tokens``: mean sources in the block and its mean tokens;
+- ``relevant_docs_in_context``: mean labelled-relevant documents among the block's sources (the
+  document-level measure Cranfield's qrels allow);
 - ``hit_tokens``: mean tokens of a top-k hit's text;
 - ``compress_ms_p50`` / ``p95``: the stage's own time (trace timings_ms.compress_ms);
   ``answer_ms_p50``: the whole of ``answer`` after gathering (timings_ms.fuse_decide_ms), context included.
@@ -70,12 +72,14 @@ def main() -> None:
     plain_has: dict = {}
     for name, contract in contracts.items():
         stats = {"pairs": 0, "in_hits": 0, "kept": 0, "kept_of": 0, "in_context": 0, "sources": [], "ctx_tokens": [],
-                 "hit_tokens": [], "ms": [], "answer_ms": []}
+                 "hit_tokens": [], "ms": [], "answer_ms": [], "rel_docs": []}
         for q, c in zip(qs, cands):
             a = answer(store, contract, c, sc=sc, tags=q.tags, count_tokens=counter)
             hits = a.hits[:k]
             _, included = build_context(hits, a.decision, contract.context, counter)
             stats["sources"].append(len(included))
+            relevant = {r.doc for r in q.relevant if r.grade > 0}
+            stats["rel_docs"].append(len({h.doc_id for h in hits if h.chunk_id in included} & relevant))
             stats["ctx_tokens"].append(counter(a.context))
             stats["hit_tokens"].extend(counter(h.text) for h in hits)
             stats["answer_ms"].append(a.trace["timings_ms"]["fuse_decide_ms"])
@@ -102,6 +106,7 @@ def main() -> None:
             **({"evidence_kept": round(stats["kept"] / max(stats["kept_of"], 1), 4)} if name != "off" else {}),
             "evidence_in_context": round(stats["in_context"] / pairs, 4),
             "sources": round(statistics.mean(stats["sources"]), 2),
+            "relevant_docs_in_context": round(statistics.mean(stats["rel_docs"]), 3),
             "context_tokens": round(statistics.mean(stats["ctx_tokens"]), 1),
             "hit_tokens": round(statistics.mean(stats["hit_tokens"]), 1) if stats["hit_tokens"] else 0,
             "answer_ms_p50": round(statistics.median(stats["answer_ms"]), 2),

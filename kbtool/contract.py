@@ -324,6 +324,8 @@ class Compress(_Strict):
     max_tokens: int = Field(256, gt=0, le=100000, description="budget per compressed hit in model tokens; the best "
                                                                "sentence is kept even when it alone is over")
     min_tokens: int = Field(96, ge=0, le=100000, description="a hit of fewer model tokens is left whole")
+    lead: bool = Field(True, description="also keep a hit's first sentence (a section's opening often states "
+                                         "what the rest is about), within max_tokens")
 
 
 class _FieldError(ValueError):

@@ -6,7 +6,7 @@ question's analysed terms) and their neighbours, in their original order, elisio
 Units (``split``): prose splits at sentence ends (. ! ? and 。！？; not after abbreviations such as
 "e.g." or initials, nor inside "v2.3" or "config.yaml"); a fenced or indented code block, a
 Markdown table and a list item holding inline code are one unit each, kept whole or dropped
-whole; a heading is kept above any kept unit under it. A hit shorter than ``min_tokens``, or
+whole; a heading is kept above any kept unit under it, and (``lead``) the hit's first sentence. A hit shorter than ``min_tokens``, or
 none of whose units holds a question term, is returned whole.
 
 The hit keeps its span (char_start, char_end, lines) and so its citation: the span the kept
@@ -171,8 +171,10 @@ def compress_text(text: str, scores: list[float], units: list[Unit], cfg, cost: 
             keep.add(i)
             used += cost[i]
 
-    for i in seeds:  # the best sentences first, then their neighbours nearest first
+    for i in seeds:  # the best sentences first, the lead, then their neighbours nearest first
         take(i)
+    if cfg.lead:
+        take(next((j for j, u in enumerate(units) if u.kind != "heading"), -1))
     for d in range(1, cfg.neighbours + 1):
         for i in seeds:
             if i in keep:
@@ -239,4 +241,4 @@ def compress(hits: list, cands, analyzer, cfg, count_tokens, spans=None) -> tupl
         record.append([hit.chunk_id, before, after, len(kept), len(units)])
         out.append(replace(hit, text=text) if text is not hit.text else hit)
     return out, {"mode": cfg.mode, "max_sentences": cfg.max_sentences, "neighbours": cfg.neighbours,
-                 "max_tokens": cfg.max_tokens, "min_tokens": cfg.min_tokens, "compressed": record}
+                 "max_tokens": cfg.max_tokens, "min_tokens": cfg.min_tokens, "lead": cfg.lead, "compressed": record}
