@@ -203,3 +203,23 @@ def test_the_cli_shows_it(kb):
     assert ANSWER in r.stdout and re.search(r"keys\.md", r.stdout)
     plain = runner.invoke(app, ["query", QUESTION, "--store", str(kb.path), "-m", "bm25", "--context"])
     assert len(r.stdout) < len(plain.stdout)
+
+
+def test_calibrate_runs_with_the_stage_on(kb, fake_embedder, tmp_path):
+    """calibrate answers through the same ``answer``: with compression on it still runs, and ranks
+    as without (compression rewrites a hit's text, never the order)."""
+    from kbtool.evaluation.calibrate import calibrate
+    from kbtool.evaluation.questions import load_questions
+
+    items = [(QUESTION, "keys.md", "restart every agent")] + [
+        (f"Where does the signing key of service {i} live?", f"svc{i}.md", f"The signing key of service {i}")
+        for i in range(1, 5)] + [
+        ("When are invoices sent?", "billing.md", "first day of every month"),
+        ("Who can invite members to a team?", "teams.md", "invite members"),
+        ("Where do I pick a folder for the library files?", "install.md", "pick a folder")]
+    lines = [json.dumps({"id": f"c{n}", "question": q, "relevant": [{"doc": d, "evidence": e, "grade": 2}]})
+             for n, (q, d, e) in enumerate(items)]
+    qs = load_questions(write(tmp_path / "q.jsonl", "\n".join(lines) + "\n"))
+    off = calibrate(kb, qs, load_contract(None, [], search=False), embedder=fake_embedder, folds=2)
+    on = calibrate(kb, qs, load_contract(None, ON, search=False), embedder=fake_embedder, folds=2)
+    assert on.heldout == off.heldout
