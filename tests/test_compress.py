@@ -60,6 +60,29 @@ def test_an_unclosed_fence_runs_to_the_end():
     assert units(text) == [("sentence", "Before it."), ("code", "```\ncode. Line\nmore")]
 
 
+def test_elisions_are_marked_within_and_across_paragraphs():
+    from types import SimpleNamespace
+
+    from kbtool.query.compress import compress_text
+
+    text = "One ant. Two bees. Three cats. Four dogs.\n\n```\ncode\n```\n\nFive eels. Six fish."
+    got = split(text)
+    assert [u.kind for u in got] == ["sentence"] * 4 + ["code", "sentence", "sentence"]
+    cfg = SimpleNamespace(max_sentences=2, neighbours=0, max_tokens=100, lead=False)
+    scores = [0, 1, 0, 0, 0, 0, 2]
+    out, kept = compress_text(text, scores, got, cfg, [3] * len(got))
+    assert kept == [1, 6] and out == "… Two bees.\n\n…\n\nSix fish."
+    scores = [0, 2, 0, 1, 0, 0, 0]
+    out, kept = compress_text(text, scores, got, cfg, [3] * len(got))
+    assert kept == [1, 3] and out == "… Two bees. … Four dogs.\n\n…"
+    cfg.lead = True
+    out, kept = compress_text(text, scores, got, cfg, [3] * len(got))
+    assert kept == [0, 1, 3] and out == "One ant. Two bees. … Four dogs.\n\n…"
+    out, kept = compress_text(text, [1] * len(got), got, SimpleNamespace(max_sentences=9, neighbours=0, max_tokens=100,
+                                                                         lead=False), [3] * len(got))
+    assert out is text  # every unit kept: the text itself
+
+
 # ---- a small real store ---------------------------------------------------------------------
 COLOURS = ["amber", "birch", "cedar", "dune", "ember", "fjord", "grove", "heath", "indigo", "juniper"]
 
