@@ -312,6 +312,22 @@ class Expand(_Strict):
     neighbours: int = Field(1, gt=0, le=100, description="neighbours mode: chunks on each side of the hit")
 
 
+class Compress(_Strict):
+    """Keep the sentences of each hit most like the question (kbtool.query.compress); off by default."""
+
+    mode: Optional[Literal["sentences"]] = Field(
+        None, description="sentences: keep the sentences sharing the most question-term weight (BM25 idf) and "
+                          "their neighbours, code blocks, tables and list items whole, elisions marked ' … '; "
+                          "null: off")
+    max_sentences: int = Field(2, gt=0, le=100, description="best-scoring sentences kept per hit (before neighbours)")
+    neighbours: int = Field(1, ge=0, le=20, description="sentences kept on each side of a chosen one")
+    max_tokens: int = Field(256, gt=0, le=100000, description="budget per compressed hit in model tokens; the best "
+                                                               "sentence is kept even when it alone is over")
+    min_tokens: int = Field(96, ge=0, le=100000, description="a hit of fewer model tokens is left whole")
+    lead: bool = Field(True, description="also keep a hit's first sentence (a section's opening often states "
+                                         "what the rest is about), within max_tokens")
+
+
 class _FieldError(ValueError):
     """A cross-field check's failure that belongs to one field: ``format_error`` names
     ``postprocess.rerank.model``, not ``postprocess.rerank``."""
@@ -413,6 +429,8 @@ class Postprocess(_Strict):
                                  description="after rerank and dedup: MMR and a per-document cap (off by default)")
     expand: Expand = Field(default_factory=Expand,
                            description="after diversity: a hit's section or neighbours, cited as one span (off by default)")
+    compress: Compress = Field(default_factory=Compress,
+                               description="after expand: a hit's sentences most like the question (off by default)")
 
 
 class Context(_Strict):

@@ -446,6 +446,14 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         explanation = {"best": None, "sensitive": cat.name, "message": (
             f"the question touches the sensitive category {cat.name!r}"
             + (f" ({word!r})" if cat.show_match else "") + f" (postprocess.sensitive.lexicon): {cat.message}")}
+    compressed: dict = {}
+    if contract.postprocess.compress.mode:  # after expand, on the hits returned; the decision read their own chunks
+        from .compress import compress
+
+        t_c = time.perf_counter()
+        hits, compressed = compress(hits, cands, store.analyzer, contract.postprocess.compress,
+                                    count_tokens, _token_spans(store))
+        compress_ms = round((time.perf_counter() - t_c) * 1000, 3)  # in timings_ms only: the record stays equal
     context = ""
     if count_tokens is not None:
         context, _ = build_context(hits, decision, contract.context, count_tokens)
@@ -460,9 +468,11 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         **({"diversity": diversified} if diversified else {}),
         **({"expand": expanded} if expanded else {}),
         **({"sensitive": sensitive} if sensitive else {}),
+        **({"compress": compressed} if compressed else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {}),
-                       **({"sensitive_ms": sensitive_ms} if sensitive else {})},
+                       **({"sensitive_ms": sensitive_ms} if sensitive else {}),
+                       **({"compress_ms": compress_ms} if compressed else {})},
     }
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
