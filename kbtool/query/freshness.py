@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, timezone
+from functools import lru_cache
 
 # ---- document dates -------------------------------------------------------------------------
 
@@ -68,7 +69,7 @@ _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug
 _NUM = r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)"
 _DATES = [
     (re.compile(r"(?<![\d.-])((?:19|20)\d\d)-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01]))?(?![\d-])"), "ymd"),
-    (re.compile(_MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+((?:19|20)\d\d)\b", re.I), "mdy"),
+    (re.compile(r"\b" + _MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+((?:19|20)\d\d)\b", re.I), "mdy"),
     (re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s+((?:19|20)\d\d)\b", re.I), "dmy"),
     (re.compile(r"\b" + _MONTH + r",?\s+((?:19|20)\d\d)\b", re.I), "my"),
 ]
@@ -123,12 +124,19 @@ def _date_facts(low: str) -> list[tuple[tuple[int, int], str, str]]:
     return out
 
 
+_DIGIT = re.compile(r"\d")
+
+
+@lru_cache(maxsize=20000)
 def facts(text: str) -> dict[str, dict]:
     """The checkable facts of a text by kind: ``date``, ``duration``, ``size``, ``percent``,
     ``money:<currency>``, ``version``, ``count:<word>`` (a number and the word after it), each
     {normalised value: the text as written, first occurrence}. A bare number is no fact: two texts
     are never in conflict merely for holding different numbers. Durations compare in seconds (90
-    days = 3 months), sizes in bytes, so one thing written two ways is one value."""
+    days = 3 months), sizes in bytes, so one thing written two ways is one value. Cached by text:
+    callers must not change what it returns."""
+    if not _DIGIT.search(text):  # every fact holds a digit
+        return {}
     low = text.lower()
     found: list[tuple[tuple[int, int], str, object, str]] = []  # (span, kind, value, shown)
     spans: list[tuple[int, int]] = []
