@@ -178,6 +178,11 @@ def test_query_json_on_the_cli(kb):
     assert "Sources differ: [1] policies/retention.md (2024-10-02)" in data["context"]
     plain = json.loads(CliRunner().invoke(app, ["query", QUESTION, "--store", str(store.path), "--json"]).stdout)
     assert "conflicts" not in plain
+    table = CliRunner().invoke(app, ["query", QUESTION, "--store", str(store.path),
+                                     "--set", "postprocess.freshness.prefer=newer"])
+    assert table.exit_code == 0, table.output
+    assert ("sources differ: #1 policies/retention.md (2024-10-02) vs #2 policies/retention-old.md (2023-05-10): "
+            "90 days / 30 days") in table.stdout
 
 
 def test_eval_and_calibrate_run_with_the_stage_on(kb, embedder):
