@@ -240,3 +240,27 @@ def test_differ_by_hand(a, b, want):
 def test_parse_date_by_hand(value, want):
     got = parse_date(value)
     assert (got.date().isoformat() if got else None) == want
+
+
+def test_context_line_stays_within_the_budget(kb, embedder):
+    from kbtool.query.context import build_context
+    from kbtool.query.pipeline import count_tokens_for
+
+    got = ask(kb[0], embedder, "postprocess.freshness.prefer=newer")
+    count = count_tokens_for(kb[0])
+    cfg = load_contract(None, [], search=False).context
+    full, ids = build_context(got.hits, got.decision, cfg, count, conflicts=got.conflicts)
+    assert "Sources differ" in full and len(ids) == len(got.hits)
+    line = full[full.index("Sources differ"):full.index("\n\n", full.index("Sources differ")) + 2]
+    seen = set()
+    for budget in range(count(full) - 1, 45, -1):  # every budget (45: the header and notice take 29): within it, a line only for sources in it
+        small = cfg.model_copy(update={"max_tokens": budget})
+        block, ids = build_context(got.hits, got.decision, small, count, conflicts=got.conflicts)
+        assert count(block) <= budget
+        both = {"policies/retention.md#0", "policies/retention-old.md#0"} <= set(ids)
+        if line in block:
+            assert both
+        else:  # no room for the line and both sources: the block without it
+            assert "Sources differ" not in block and block == build_context(got.hits, got.decision, small, count)[0]
+        seen.add(line in block)
+    assert seen == {True, False}
