@@ -106,7 +106,10 @@ def _shown(text: str) -> str:
 def _date_facts(low: str) -> list[tuple[tuple[int, int], str, str]]:
     """[(span, ISO date or year-month, text)] of the dates in lowercased ``low``."""
     out, taken = [], []
+    months = _MONTH_HINT.search(low) is not None
     for rx, form in _DATES:
+        if form != "ymd" and not months:  # the patterns with a month name: only where one may be
+            continue
         for m in rx.finditer(low):
             if any(a < m.end() and m.start() < b for a, b in taken):
                 continue
@@ -125,6 +128,15 @@ def _date_facts(low: str) -> list[tuple[tuple[int, int], str, str]]:
 
 
 _DIGIT = re.compile(r"\d")
+_MONTH_HINT = re.compile(r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+# Each pattern only where a word it needs occurs (a pass over the text each costs more than this).
+_NEEDS = {id(_VERSION[1]): ("version", "release"), id(_PERCENT): ("%", "per"), id(_MONEY[0]): ("$", "€", "£"),
+          id(_MONEY[1]): ("usd", "eur", "gbp", "dollar")}
+
+
+def _scan(rx, low: str):
+    need = _NEEDS.get(id(rx))
+    return rx.finditer(low) if need is None or any(w in low for w in need) else ()
 
 
 @lru_cache(maxsize=20000)
@@ -152,20 +164,20 @@ def facts(text: str) -> dict[str, dict]:
     for span, iso, _ in _date_facts(low):
         add(span, "date", iso, None)
     for rx in _VERSION:
-        for m in rx.finditer(low):
+        for m in _scan(rx, low):
             add(m.span(), "version", m.group(1), None)
-    for m in _DURATION.finditer(low):
+    for m in _scan(_DURATION, low):
         add(m.span(), "duration", round(_number(m.group(1)) * _SECONDS[m.group(2)], 6), None)
-    for m in _SIZE.finditer(low):
+    for m in _scan(_SIZE, low):
         unit = m.group(2)
         add(m.span(), "size", round(_number(m.group(1)) * _BYTES.get(unit, _BYTES.get(unit.rstrip("s"), 1)), 3), None)
-    for m in _PERCENT.finditer(low):
+    for m in _scan(_PERCENT, low):
         add(m.span(), "percent", _number(m.group(1)), None)
-    for m in _MONEY[0].finditer(low):
+    for m in _scan(_MONEY[0], low):
         add(m.span(), "money:" + _CURRENCY[m.group(1)], _number(m.group(2)), None)
-    for m in _MONEY[1].finditer(low):
+    for m in _scan(_MONEY[1], low):
         add(m.span(), "money:" + _CURRENCY[m.group(2)], _number(m.group(1)), None)
-    for m in _COUNT.finditer(low):
+    for m in _scan(_COUNT, low):
         word = m.group(2)
         if word in _NOT_UNITS or not free(m.span()):
             continue
