@@ -75,8 +75,8 @@ def differ_lines(conflicts: list[dict], hits: list) -> str:
 def build_context(hits: list, decision: str, cfg, count_tokens, conflicts: list | None = None) -> tuple[str, list[str]]:
     """(block, chunk ids included). Whole hits only: one that does not fit ends the block, except
     the first, which is cut to the budget so an answer never has an empty context. ``conflicts``
-    (postprocess.freshness): a "Sources differ" line each after the header, for the hits in the
-    block, when the budget leaves room for a source after them."""
+    (postprocess.freshness): a "Sources differ" line each after the header, only for a pair both
+    of whose hits the block holds (where the budget holds them but not the line too: no line)."""
     if decision == "refuse" or not hits:
         return cfg.refusal, []
     head = cfg.header + (cfg.low_confidence_notice if decision == "low_confidence" else "")
