@@ -328,6 +328,54 @@ class Compress(_Strict):
                                          "what the rest is about), within max_tokens")
 
 
+class Freshness(_Strict):
+    """Newer documents and conflicting sources (kbtool.query.freshness); off by default."""
+
+    prefer: Optional[Literal["newer", "score"]] = Field(
+        None, description="hits of different documents about the same thing whose facts differ (numbers with "
+                          "units, durations, dates, versions) are flagged in the answer and the context block; "
+                          "newer: the newer document's hit moves above the older one (which stays, below); "
+                          "score: the order is kept; null: no conflict check")
+    similarity: float = Field(
+        0.8, gt=0, le=1, description="cosine of two chunk vectors at or above which hits are about the same thing "
+                                     "(under the same last section_path heading: at 0.2 less; without vectors the heading alone)")
+    date_fields: list[str] = Field(
+        default_factory=lambda: ["updated", "last_modified", "date"],
+        description="document metadata (front matter) keys holding its date, tried in order; then the file's mtime")
+    half_life_days: Optional[float] = Field(
+        None, gt=0, description="time decay of the fused score: score * 0.5 ** (age days / half_life_days), "
+                                "before dedup; null: off")
+    as_of: Optional[str] = Field(
+        None, description="the date ages are counted from (YYYY-MM-DD); null: the newest date among the "
+                          "question's candidates, so runs are reproducible (the order is the same for any "
+                          "as_of: it scales every score alike)")
+
+    @field_validator("date_fields")
+    @classmethod
+    def _fields(cls, v):
+        if any(not str(k).strip() for k in v):
+            raise ValueError("empty metadata key: name keys such as updated, date")
+        return v
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _date(cls, v):
+        from datetime import date
+
+        if isinstance(v, date):  # YAML reads a bare 2024-10-02 as a date
+            return v.isoformat()
+        if v is not None:
+            try:
+                date.fromisoformat(str(v))
+            except ValueError:
+                raise ValueError(f"{v!r} is not a date: use YYYY-MM-DD") from None
+        return v
+
+    @property
+    def active(self) -> bool:
+        return self.prefer is not None or self.half_life_days is not None
+
+
 class _FieldError(ValueError):
     """A cross-field check's failure that belongs to one field: ``format_error`` names
     ``postprocess.rerank.model``, not ``postprocess.rerank``."""
@@ -431,6 +479,9 @@ class Postprocess(_Strict):
                            description="after diversity: a hit's section or neighbours, cited as one span (off by default)")
     compress: Compress = Field(default_factory=Compress,
                                description="after expand: a hit's sentences most like the question (off by default)")
+    freshness: Freshness = Field(default_factory=Freshness,
+                                 description="a time decay before dedup; after diversity: conflicting sources flagged, "
+                                             "the newer preferred (off by default)")
 
 
 class Context(_Strict):
@@ -776,7 +827,7 @@ def apply_override(data: dict, item: str) -> None:
         raise ContractError(f"override {item!r} (CLI: --set): write path=value, e.g. retrieve.top_k=8")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: a date-like value YAML cannot build (2024-13-01)
         value = raw
     node = data
     parts = key.split(".")

@@ -167,3 +167,8 @@ def _render(ans, mode: str) -> None:
         table.add_row(str(h.rank), shown(h.confidence, limits), source, Text(snippet[:240] + ("…" if len(snippet) > 240 else "")))
     out.print(table)
     out.print(line, highlight=False)
+    rank = {h.chunk_id: h.rank for h in ans.hits}
+    for c in ans.conflicts or ():  # postprocess.freshness
+        sides = [f"#{rank[c[k]]} {c[k + '_doc']}" + (f" ({c[k + '_date']})" if c[k + "_date"] else "") for k in ("newer", "older")]
+        out.print(visible(f"sources differ: {sides[0]} vs {sides[1]}: " + "; ".join(f"{a} / {b}" for a, b in c["differ"])),
+                  style="yellow", highlight=False, markup=False)

@@ -58,9 +58,25 @@ def _fields(n: int, hit, base_url: str | None = None) -> dict:
     }
 
 
-def build_context(hits: list, decision: str, cfg, count_tokens) -> tuple[str, list[str]]:
+def differ_lines(conflicts: list[dict], hits: list) -> str:
+    """``Sources differ: [1] a.md (2024-10-02) vs [3] b.md (2023-05-10): 90 days / 30 days.`` per
+    conflict (postprocess.freshness), numbered as the block numbers the hits; '' without any."""
+    n = {h.chunk_id: i for i, h in enumerate(hits, start=1)}
+    lines = []
+    for c in conflicts:
+        if c["newer"] in n and c["older"] in n:
+            side = [f"[{n[c[k]]}] {c[k + '_doc']}" + (f" ({c[k + '_date']})" if c[k + "_date"] else "")
+                    for k in ("newer", "older")]
+            what = "; ".join(f"{a} / {b}" for a, b in c["differ"])
+            lines.append(f"Sources differ: {side[0]} vs {side[1]}: {what}.\n")
+    return "".join(lines) + ("\n" if lines else "")
+
+
+def build_context(hits: list, decision: str, cfg, count_tokens, conflicts: list | None = None) -> tuple[str, list[str]]:
     """(block, chunk ids included). Whole hits only: one that does not fit ends the block, except
-    the first, which is cut to the budget so an answer never has an empty context."""
+    the first, which is cut to the budget so an answer never has an empty context. ``conflicts``
+    (postprocess.freshness): a "Sources differ" line each after the header, only for a pair both
+    of whose hits the block holds (where the budget holds them but not the line too: no line)."""
     if decision == "refuse" or not hits:
         return cfg.refusal, []
     head = cfg.header + (cfg.low_confidence_notice if decision == "low_confidence" else "")
@@ -70,6 +86,14 @@ def build_context(hits: list, decision: str, cfg, count_tokens) -> tuple[str, li
 
         raise ContractError(f"context.max_tokens {cfg.max_tokens} leaves {cfg.max_tokens - used} token(s) for sources after "
                             f"the header and notice: raise it to at least {used + MIN_SOURCE_TOKENS}")
+    ids = {h.chunk_id for h in hits}
+    conflicts = [c for c in conflicts or () if c["newer"] in ids and c["older"] in ids]
+    note = differ_lines(conflicts, hits)
+    if note and cfg.max_tokens - count_tokens(head + note) >= MIN_SOURCE_TOKENS:
+        head += note
+        used = count_tokens(head)
+    else:
+        conflicts = []
     parts, included = [head], []
     for n, hit in enumerate(hits, start=1):
         piece = cfg.template.format(**_fields(n, hit, cfg.base_url))
@@ -82,6 +106,9 @@ def build_context(hits: list, decision: str, cfg, count_tokens) -> tuple[str, li
         parts.append(piece)
         included.append(hit.chunk_id)
         used += cost
+    kept = [c for c in conflicts if c["newer"] in included and c["older"] in included]
+    if len(kept) < len(conflicts):  # a line only for a pair both of whose sources are in (fewer: more room)
+        return build_context(hits, decision, cfg, count_tokens, kept)
     return "".join(parts), included
 
 

@@ -80,6 +80,7 @@ class Answer:
     filters: list[str] = field(default_factory=list)
     trace: dict = field(default_factory=dict)
     signals: dict = field(default_factory=dict)  # answerability signals (query.signals), what decide saw
+    conflicts: list | None = None  # postprocess.freshness.prefer set: sources that differ (query.freshness)
 
     def to_dict(self, with_trace: bool = False) -> dict:
         out = {
@@ -89,6 +90,8 @@ class Answer:
             "filters": self.filters, "signals": self.signals, "hits": [h.to_dict() for h in self.hits],
             "context": self.context,
         }
+        if self.conflicts is not None:  # only with the stage on: off, the JSON is what it was
+            out["conflicts"] = self.conflicts
         if with_trace:
             out["trace"] = self.trace
         return out
@@ -329,6 +332,16 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             store, contract.postprocess.rerank, p.text, fused,
             lambda ids: rows if rows is not None and all(c in rows for c in ids) else store.chunks_by_id(ids),
             cands.rerank_cache)
+    fresh, freshness, dates = contract.postprocess.freshness, {}, {}
+    if fresh.active:  # postprocess.freshness: the documents' dates; a time decay before dedup
+        from . import freshness as fresh_stage
+
+        t_f = time.perf_counter()
+        # a chunk id is "<doc_id>#<ordinal>" (kbtool.chunk): the documents before any row is read
+        dates = fresh_stage.document_dates(store, {c.rpartition("#")[0] for c, _ in fused}, fresh.date_fields)
+        if fresh.half_life_days is not None:
+            fused, freshness["decay"] = fresh_stage.decay(fused, lambda c: c.rpartition("#")[0], dates, fresh)
+        freshness_ms = time.perf_counter() - t_f
     asked = top_k or contract.retrieve.top_k
     top_k = max(asked, contract.retrieve.top_k)  # the decision always sees the contract's top_k
     pos = {c: i for i, c in enumerate(cands.ids)}
@@ -369,6 +382,19 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
                                         max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0))
         diversified["ms"] = round((time.perf_counter() - t_div) * 1000, 2)
+    conflicts = None
+    if fresh.prefer is not None:  # postprocess.freshness: conflicts among the hits the decision reads
+        t_f = time.perf_counter()
+        seen = window[: contract.retrieve.top_k]
+        missing = [c for c, _ in seen if c not in cands.vectors]
+        if missing:
+            got = store.chunk_vectors(missing)
+            cands.vectors.update({c: got.get(c) for c in missing})
+        view = {c: {**rows[c], **redacted.get(c, {})} for c, _ in seen}  # facts of the texts as shown
+        seen, conflicts, found = fresh_stage.conflicts(seen, view, cands.vectors, dates, fresh)
+        window = seen + window[len(seen):]
+        freshness.update(found)
+        freshness_ms += time.perf_counter() - t_f
     hits = []
     extra = [r for r in cands.scores if r not in ("dense", "bm25")]
     # A hit reports the retrievers a query of this question runs, however much was gathered
@@ -454,9 +480,12 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits, compressed = compress(hits, cands, store.analyzer, contract.postprocess.compress,
                                     count_tokens, _token_spans(store))
         compress_ms = round((time.perf_counter() - t_c) * 1000, 3)  # in timings_ms only: the record stays equal
+    if conflicts is not None:  # those between results returned (a merged or cut hit: not shown)
+        shown = {h.chunk_id for h in hits}
+        conflicts = [c for c in conflicts if c["newer"] in shown and c["older"] in shown]
     context = ""
     if count_tokens is not None:
-        context, _ = build_context(hits, decision, contract.context, count_tokens)
+        context, _ = build_context(hits, decision, contract.context, count_tokens, conflicts=conflicts)
         if refused is not None:
             context = refused[0].message.rstrip("\n") + "\n"
     t_post = time.perf_counter() - t0
@@ -469,9 +498,11 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         **({"expand": expanded} if expanded else {}),
         **({"sensitive": sensitive} if sensitive else {}),
         **({"compress": compressed} if compressed else {}),
+        **({"freshness": freshness} if fresh.active else {}),
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {}),
                        **({"sensitive_ms": sensitive_ms} if sensitive else {}),
+                       **({"freshness_ms": round(freshness_ms * 1000, 3)} if fresh.active else {}),
                        **({"compress_ms": compress_ms} if compressed else {})},
     }
     return Answer(
@@ -479,7 +510,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits=hits, decision=decision, confidence=top, tier=tier,
         thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
         explanation=explanation, context=context, method=method, filters=sc.filters, trace=trace,
-        signals=sig,
+        signals=sig, conflicts=conflicts,
     )
 
 

@@ -400,6 +400,10 @@ class Store:
         return set(cached[1])
 
     # ---- chunks and vectors --------------------------------------------------------------
+    def document_dating(self, doc_ids: list[str]) -> dict[str, tuple[dict, float | None]]:
+        """doc_id -> (metadata, file mtime) of these documents: what their dates are read from."""
+        return self.catalog.document_dating(doc_ids)
+
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         return self.catalog.chunks_by_id(chunk_ids)
 

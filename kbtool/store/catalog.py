@@ -377,6 +377,15 @@ class Catalog:
             "SELECT chunk_id, ordinal, section_path, page, char_start, char_end, line_start, line_end, n_tokens"
             " FROM chunks WHERE doc_id=? ORDER BY ordinal", (doc_id,))]
 
+    def document_dating(self, doc_ids: list[str]) -> dict[str, tuple[dict, float | None]]:
+        """doc_id -> (its metadata, its file's mtime), for these documents (postprocess.freshness)."""
+        out = {}
+        for part in _batches(list(doc_ids)):
+            q = f"SELECT doc_id, metadata, mtime FROM documents WHERE doc_id IN ({_marks(len(part))})"
+            for row in self.db.execute(q, part):
+                out[row[0]] = (json.loads(row[1] or "{}"), row[2])
+        return out
+
     def chunks_by_id(self, chunk_ids: list[str]) -> dict[str, dict]:
         out = {}
         for part in _batches(chunk_ids):
