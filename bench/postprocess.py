@@ -81,6 +81,7 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
     eval_s = time.perf_counter() - t
     metrics, spread = report.metrics(), report.diversity()
     tags = [t for t in TAGS if any(t in q.tags for q in qs.questions)]
+    conflict = [r for r in report.results if "conflict" in r.question.tags]
 
     # Latency: candidates once (every option runs over the same ones), then answer() per option.
     base = cs["all off"]
@@ -92,6 +93,8 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
         answer(store, c, cands[0], sc=scopes[n], count_tokens=count)
     times = {n: np.zeros((rounds, len(cands))) for n in cs}
     tokens = {n: [] for n in cs}
+    flagged = {n: 0 for n in cs}  # conflict questions whose answer flags sources that differ
+    tagged = [("conflict" in q.tags) for q in qs.questions]
     for r in range(rounds):
         for i, cand in enumerate(cands):
             for n, c in cs.items():
@@ -100,14 +103,20 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
                 times[n][r, i] = (time.perf_counter() - t) * 1000
                 if r == 0 and a.decision != "refuse":
                     tokens[n].append(count(a.context))
+                if r == 0 and tagged[i] and getattr(a, "conflicts", None):
+                    flagged[n] += 1
     ref = np.median(times["all off"], axis=0)
-    out = {"questions": len(questions), "eval_s": round(eval_s, 1), "options": {}}
+    out = {"questions": len(questions), "conflict_questions": len(conflict), "eval_s": round(eval_s, 1), "options": {}}
     for n in cs:
         own = np.median(times[n], axis=0)
         out["options"][n] = {
             "overrides": OPTIONS[n], "ndcg@10": metrics[n]["ndcg@10"], "hit_rate@5": metrics[n]["hit_rate@5"],
             "recall@10": metrics[n]["recall@10"], "distinct@10": spread[n]["distinct@10"],
             "by_tag_ndcg@10": {t: report.mean(n, "ndcg@10", t) for t in tags},
+            # conflict questions whose top hit is not the labelled (newer) page: the older copy first
+            "conflict_stale_top": (sum(r.modes[n].top_doc not in {x.doc for x in r.question.relevant} for r in conflict)
+                                   if conflict else None),
+            "conflicts_flagged": flagged[n] if conflict else None,
             "p50_ms": round(float(np.median(own)), 2),
             "added_p50_ms": round(float(np.median(own - ref)), 2),
             "context_tokens_mean": round(float(np.mean(tokens[n])), 1) if tokens[n] else None,
@@ -159,11 +168,13 @@ def postprocess_markdown(r: dict) -> list[str]:
         tags = sorted({t for o in s["options"].values() for t in o["by_tag_ndcg@10"]})
         lines += [f"{name} ({s['questions']} questions):", "",
                   "| option | nDCG@10 | hit@5 | distinct@10 | " + "".join(f"{t} nDCG@10 | " for t in tags)
-                  + "context tokens | p50 answer | added p50 |",
-                  "| --- " * (7 + len(tags)) + "|"]
+                  + "conflict: older page first / flagged | context tokens | p50 answer | added p50 |",
+                  "| --- " * (8 + len(tags)) + "|"]
         for n, o in s["options"].items():
             by = "".join(f"{o['by_tag_ndcg@10'].get(t) if o['by_tag_ndcg@10'].get(t) is not None else '–'} | " for t in tags)
-            lines.append(f"| {n} | {o['ndcg@10']} | {o['hit_rate@5']} | {o['distinct@10']} | {by}"
+            stale = ("–" if o.get("conflict_stale_top") is None
+                     else f"{o['conflict_stale_top']} / {o['conflicts_flagged']} of {s['conflict_questions']}")
+            lines.append(f"| {n} | {o['ndcg@10']} | {o['hit_rate@5']} | {o['distinct@10']} | {by}{stale} | "
                          f"{o['context_tokens_mean']} | {o['p50_ms']} ms | {o['added_p50_ms']:+} ms |")
         lines.append("")
     return lines
