@@ -146,6 +146,55 @@ def test_sample_store_is_identical_with_it_off(sample_store, embedder):
         assert "sensitive" not in b.trace
 
 
+R = "[REDACTED:credentials]"
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a URL's password: scheme, user and host stay, so the text still reads
+    ("dsn: postgres://admin:" + "S3cr3tPass@db.internal:5432/app", f"dsn: postgres://admin:{R}@db.internal:5432/app"),
+    ("git clone https://user:" + "token123@github.com/x.git", f"git clone https://user:{R}@github.com/x.git"),
+    ("redis://:" + "hunter2pass@cache:6379", f"redis://:{R}@cache:6379"),
+    ("mongodb+srv://svc:" + "p%40ss%3Aw0rd@cluster0.example.net/db", f"mongodb+srv://svc:{R}@cluster0.example.net/db"),
+    ("amqp://bot:" + "Zq9-kL2m@mq:5672 and https://ops:" + "Xy7!abcd@ci.local",
+     f"amqp://bot:{R}@mq:5672 and https://ops:{R}@ci.local"),
+    # placeholders and the words docs write instead of a password are left alone
+    ("postgres://user:password@host/db", None),
+    ("postgres://tidewater:secret@db.internal:5432/tidewater", None),  # the sample corpus' own example
+    ("amqp://guest:guest@rabbit:5672", None),
+    ("postgres://app:${DB_PASSWORD}@db:5432/app", None),
+    ("postgres://app:<password>@db:5432/app", None),
+    ("postgres://app:****@db:5432/app", None),
+    ("https://me:your_token_here@github.com/x.git", None),
+    ("mysql://root:xxxxxxxx@localhost/db", None),
+    ("https://u:" + "%s@h" % R, None),  # already redacted: a second pass changes nothing
+    # no userinfo password at all
+    ("http://localhost:8000/docs", None),
+    ("mail user@example.com or admin@example.com:8080", None),
+    ("git@github.com:org/repo.git", None),
+    ("ssh://git@github.com:22/org/repo.git", None),
+    ("lunch 12:30@noon, then 14:00@office", None),
+    ("https://example.com/search?q=a:b1c2d3e4@x", None),  # '@' after the path is not userinfo
+])
+def test_credentials_in_urls(text, expected):
+    from kbtool.contract import Sensitive
+
+    out, dropped, counts = Sensitive().rules().scan(text)
+    assert out == (text if expected is None else expected) and dropped is None
+    assert counts == ({} if expected is None else {"credentials": expected.count(R) - text.count(R)})
+
+
+def test_sample_corpus_holds_no_credential(sample_store):
+    """The built-in rule matches none of the sample store's chunks (its postgres://...:secret@ is a
+    placeholder), so it costs the sample corpus' answers nothing."""
+    from kbtool.contract import Sensitive
+
+    rules = Sensitive().rules()
+    rows = sample_store.chunks_by_id([c["chunk_id"] for c in sample_store.chunks()])
+    assert len(rows) > 50 and any("postgres://tidewater:secret@" in r["text"] for r in rows.values())
+    hits = [i for i, r in rows.items() for f in ("text", "title", "section_path") if rules.scan(r.get(f) or "")[2]]
+    assert hits == []
+
+
 # ---- a lexicon -------------------------------------------------------------------------------
 def test_lexicon_refuses_a_question(kb, embedder):
     a = ask(kb, "What are the salary bands of support engineers?", embedder, contract=kb["contract"])
