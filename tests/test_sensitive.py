@@ -270,6 +270,26 @@ def test_contract_round_trip_and_off_spelling(tmp_path):
 
 
 
+
+def test_contract_show_gives_the_lexicon_as_written(kb, tmp_path, monkeypatch):
+    """Loading makes the lexicon absolute (copies of the contract keep reading it); `contract show`
+    shows it as the file wrote it, and that text loads again from the contract's folder."""
+    monkeypatch.chdir(tmp_path)  # not the contract's folder
+    c = load_contract(kb["contract"])
+    assert c.postprocess.sensitive.lexicon == str(kb["base"].resolve() / "conf" / "lex.yaml")
+    r = runner.invoke(app, ["contract", "show", "--contract", str(kb["contract"]), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["postprocess"]["sensitive"]["lexicon"] == "lex.yaml"
+    r = runner.invoke(app, ["contract", "show", "--contract", str(kb["contract"])])
+    assert r.exit_code == 0 and "    lexicon: lex.yaml\n" in r.stdout, r.output
+    shown = write(kb["base"] / "conf" / "shown.yaml", r.stdout)
+    again = load_contract(shown)
+    assert again.to_dict() == c.to_dict() and [x.name for x in again.postprocess.sensitive.rules().categories] == \
+        ["pay", "hosts", "credentials"]
+    r = runner.invoke(app, ["contract", "show", "--contract", str(kb["contract"]), "--json",
+                            "--set", "postprocess.sensitive.lexicon=../conf/lex.yaml"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["postprocess"]["sensitive"]["lexicon"] == "../conf/lex.yaml"
+
 def test_spelling_suggestions_never_offer_a_secret():
     """The index's vocabulary is lowercased: a suggestion is checked as written and upper-cased."""
     from kbtool.contract import Sensitive
