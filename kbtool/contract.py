@@ -457,6 +457,7 @@ class Sensitive(_Strict):
         return "off" if v is False else v  # YAML reads a bare `off` as false
 
     _rules: Any = PrivateAttr(None)
+    _written: Any = PrivateAttr(None)  # the lexicon as the file wrote it (load_contract makes it absolute): `contract show`
 
     def rules(self, base: Optional[Path] = None):
         """The compiled rules, a relative lexicon read from ``base`` (default: the current folder;
@@ -743,7 +744,7 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
         written = Path(sens.lexicon).expanduser()
         base = source.resolve().parent if source is not None else Path.cwd()
         rules = sens.rules(base)
-        sens.lexicon = str(written if written.is_absolute() else base / written)
+        sens._written, sens.lexicon = sens.lexicon, str(written if written.is_absolute() else base / written)
         sens._rules = rules
     return contract
 

@@ -4,7 +4,8 @@ Two sources of rules:
 
 * the built-in ``credentials`` rule (``postprocess.sensitive.credentials``): strings that look like
   secrets — AWS access key ids, ``sk-``/``ghp_``/``xox?-`` API tokens, JWTs, PEM private key
-  blocks, ``password=``/``api_key:`` assignments with a literal value — are redacted in results;
+  blocks, ``password=``/``api_key:`` assignments with a literal value, the password of a URL's
+  userinfo (``postgres://admin:[REDACTED:credentials]@db``) — are redacted in results;
 * a lexicon file (``postprocess.sensitive.lexicon``, YAML or JSON) of categories, each with words
   or phrases (case-insensitive, whole words), regexes, and what to do with a question that
   matches (``refuse`` with the category's message, or ``allow``) and with a result that matches
@@ -51,6 +52,11 @@ CREDENTIAL_PATTERNS = [
     r"(?i:\b(?:" + _KEYS + r"))[\"']?\s*[:=]\s*(?:\"" + _PLACEHOLDER + r"(?P<q1>[^\"\s]{4,})\"|'"
     + _PLACEHOLDER + r"(?P<q2>[^'\s]{4,})'|" + _PLACEHOLDER
     + r"(?P<bare>(?=[^\s\"',;]*[0-9!@#%^&*+/=_.-])[^\s\"',;<>()\[\]{}]{6,}))",
+    # a password in a URL's userinfo (postgres://admin:S3cr3tPass@db:5432, redis://:pw@cache): the
+    # password only, when it looks real as a bare assignment value does (6+ characters, a digit or
+    # symbol, never a placeholder: user:password@, ${DB_PASSWORD}, <password>, ****)
+    r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\[\]<>\"']*:" + _PLACEHOLDER
+    + r"(?P<url>(?=[^\s/?#@]*[0-9!#%^&*+=_.-])[^\s/?#@\"'<>()\[\]{}]{6,})@",
 ]
 
 
@@ -106,7 +112,7 @@ def _redact(m: re.Match, name: str) -> str:
     """Replace the match, or for an assignment only its value (``password=[REDACTED:credentials]``)."""
     mark = f"[REDACTED:{name}]"
     groups = m.re.groupindex
-    for g in ("q1", "q2", "bare"):
+    for g in ("q1", "q2", "bare", "url"):
         if g in groups and m.group(g) is not None:
             s, e = m.span(g)
             full = m.group(0)
@@ -136,7 +142,7 @@ _CRED_RE = re.compile("|".join(f"(?:{p})" if "(?P<" not in p else p for p in CRE
 
 
 # What every credential pattern needs in the text (case-sensitive literals; lowercased key words;
-# a 64-column base64 line): most chunks hold none, and these tests cost a tenth of the regex.
+# a 64-column base64 line; "://" and "@" for a URL's password): most chunks hold none, and these tests cost a tenth of the regex.
 _LITERALS = ("AKIA", "ASIA", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "eyJ", "PRIVATE KEY")
 _KEYWORDS = ("pass", "pwd", "secret", "key", "token")
 _BODY = re.compile(CREDENTIAL_PATTERNS[8])
@@ -144,6 +150,8 @@ _BODY = re.compile(CREDENTIAL_PATTERNS[8])
 
 def _maybe_credential(text: str) -> bool:
     if any(t in text for t in _LITERALS):
+        return True
+    if "://" in text and "@" in text:  # a URL with userinfo
         return True
     low = text.lower()
     return any(k in low for k in _KEYWORDS) or _BODY.search(text) is not None

@@ -155,3 +155,150 @@ def test_an_expanded_span_never_carries_a_credential_its_neighbour_holds(tmp_pat
     assert got.trace["sensitive"]["redacted"].get("credentials", 0) >= 1
     dropped = ask(store, fake_embedder, "ember volume checksum", *SECTION, "postprocess.sensitive.credentials=drop")
     assert key not in dropped.context and all(key not in h.text for h in dropped.hits)
+
+
+# ---- growth never crosses a chunk the caller may not see --------------------------------------
+# Metadata filters and access tags are per document (front matter, --meta, path: every chunk of a
+# document carries the same), except a PDF chunk's `page`: a page filter is the one way a caller
+# sees part of a document, so the span must stop at the page's edge.
+def _no_ms(answer) -> dict:
+    out = answer.to_dict(with_trace=True)
+    out["trace"].pop("timings_ms", None)
+    if "expand" in out["trace"]:
+        out["trace"]["expand"].pop("ms", None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pdf_kb(tmp_path_factory, fake_embedder):
+    import shutil
+    from pathlib import Path
+
+    base = tmp_path_factory.mktemp("expand-pdf")
+    (base / "docs").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "sample_corpus" / "release-notes.pdf", base / "docs")
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=60, overlap=0)).failed
+    return store
+
+
+@pytest.mark.parametrize("mode", [["postprocess.expand.mode=neighbours", "postprocess.expand.neighbours=3"],
+                                  ["postprocess.expand.mode=section"]])
+@pytest.mark.parametrize("page", ["2", "3"])
+def test_a_page_filter_stops_the_span_at_the_page_edge(pdf_kb, fake_embedder, mode, page):
+    spans = pdf_kb.catalog.chunk_spans("release-notes.pdf")
+    page_of = {c["chunk_id"]: str(c["page"]) for c in spans}
+    order = [c["chunk_id"] for c in spans]
+    assert len(set(page_of.values())) >= 3  # chunks of several pages, in one document
+    grown = 0
+    for q in ("false TW-E2203 error after waking from sleep on macOS 12",  # the last chunk of page 2
+              "Released on 2024-07-15",  # the first chunk of page 3
+              "conflicted copies heartbeat interval"):
+        got = retrieve(pdf_kb, load_contract(None, [*mode, "postprocess.expand.max_tokens=2000"], search=False), q,
+                       embedder=fake_embedder, filters=[f"page={page}"], top_k=5)
+        assert got.hits and all(page_of[h.chunk_id] == page for h in got.hits)
+        for hit_id, first, last, _, _ in got.trace["expand"]["expanded"]:
+            inside = order[order.index(first):order.index(last) + 1]
+            assert hit_id in inside and {page_of[c] for c in inside} == {page}, (q, inside)
+            grown += len(inside) > 1
+        text = "\n".join(h.text for h in got.hits) + got.context
+        others = [c for c in pdf_kb.chunks_by_id(order).values() if str(c["page"]) != page and len(c["text"]) > 30]
+        assert not [c["chunk_id"] for c in others if c["text"] in text], q
+    # neighbours' spans did grow, up to the page's edge (this PDF's sections each end on their page)
+    assert grown >= 3 or mode == ["postprocess.expand.mode=section"]
+    # unfiltered, the same neighbours do cross the page edge (the filter is what stops them)
+    got = retrieve(pdf_kb, load_contract(None, ["postprocess.expand.mode=neighbours", "postprocess.expand.neighbours=1",
+                                                "postprocess.expand.max_tokens=2000"], search=False),
+                   "false TW-E2203 error after waking from sleep on macOS 12", embedder=fake_embedder, top_k=3)
+    first, last = got.trace["expand"]["expanded"][0][1:3]
+    assert {page_of[first], page_of[last]} == {"2", "3"}
+
+
+SECRET_GUIDE = GUIDE.replace("# Guide", "# Vault guide").replace("cold storage", "the vault")
+
+
+@pytest.fixture(scope="module")
+def access_kbs(tmp_path_factory, fake_embedder):
+    """The guide and billing public, a look-alike guide tagged finance; and a store without it."""
+    from kbtool.ingestion.pipeline import IngestOptions
+
+    out = []
+    for with_secret in (True, False):
+        base = tmp_path_factory.mktemp("expand-access")
+        store = build(base, fake_embedder)
+        if with_secret:
+            write(base / "finance" / "aaa-vault.md", SECRET_GUIDE)  # sorts before guide.md
+            write(base / "finance" / "zzz-vault.md", SECRET_GUIDE)
+            assert not ingest(store, [base / "finance"], IngestOptions(metadata={"access": "finance"}),
+                              embedder=fake_embedder, chunk_params=ChunkParams(size=40, overlap=0)).failed
+        out.append(store)
+    return out
+
+
+@pytest.mark.parametrize("mode", [SECTION, ["postprocess.expand.mode=neighbours", "postprocess.expand.neighbours=2",
+                                            "postprocess.expand.max_tokens=1000"]])
+def test_a_restricted_callers_expanded_answer_equals_the_store_without_the_hidden_documents(access_kbs, fake_embedder, mode):
+    full, alone = access_kbs
+    sets = ["access.principals={guest: [public], cfo: [finance]}", *mode]
+    c = load_contract(None, sets, search=False)
+    for q in ("ember volume checksum", "nightly backup job copies the volume to cold storage",
+              "backup job copies the volume to the vault", "restore command console", "invoices first day"):
+        guest = retrieve(full, c, q, embedder=fake_embedder, principal="guest", top_k=5)
+        assert {h.doc_id for h in guest.hits} <= {"guide.md", "billing.md"}
+        assert _no_ms(guest) == _no_ms(retrieve(alone, c, q, embedder=fake_embedder, top_k=5)), q
+    cfo = retrieve(full, c, "backup job copies the volume to the vault", embedder=fake_embedder, principal="cfo", top_k=5)
+    assert {h.doc_id for h in cfo.hits} & {"aaa-vault.md", "zzz-vault.md"}  # the hidden documents are there
+
+
+def test_neighbours_never_cross_a_document_boundary(access_kbs, fake_embedder):
+    """The last chunk of one document and the first of the next (in catalog order) are never one span."""
+    full, _ = access_kbs
+    c = load_contract(None, ["postprocess.expand.mode=neighbours", "postprocess.expand.neighbours=3",
+                             "postprocess.expand.max_tokens=5000"], search=False)
+    docs = {d: [x["chunk_id"] for x in full.catalog.chunk_spans(d)] for d in full.document_ids()}
+    for q in ("restore command console snapshot", "invoices first day month account owner",
+              "run the installer and pick a folder", "paragraph fjord vault checksum", "paragraph amber vault"):
+        got = retrieve(full, c, q, embedder=fake_embedder, top_k=6)
+        assert got.trace["expand"]["expanded"], q
+        for h in got.hits:
+            assert h.text in full.document_text(h.doc_id)
+        for hit_id, first, last, _, _ in got.trace["expand"]["expanded"]:
+            doc = hit_id.rsplit("#", 1)[0]
+            assert first in docs[doc] and last in docs[doc], (q, hit_id, first, last)
+    billing = retrieve(full, c, "invoices first day month account owner", embedder=fake_embedder, top_k=6)
+    top = billing.hits[0]
+    assert top.doc_id == "billing.md" and top.text == full.chunks_by_id(["billing.md#0"])["billing.md#0"]["text"]
+
+
+def test_a_section_across_pages_stops_where_the_allowed_chunks_end():
+    """One section over pages 1-3 (a PDF section running on), the caller allowed page 2 only: the
+    span is page 2's chunks, never a chunk beyond a hidden one (expand() on the catalog's spans)."""
+    from types import SimpleNamespace
+
+    from kbtool.contract import Expand
+    from kbtool.query.expand import expand
+    from kbtool.query.pipeline import Hit
+
+    parts = ["p1a ", "p1b ", "p2a ", "p2b ", "p2c ", "p3a ", "p3b "]
+    text = "".join(parts)
+    spans, at = [], 0
+    for i, p in enumerate(parts):
+        spans.append({"chunk_id": f"d.pdf#{i}", "ordinal": i, "section_path": "Notes", "page": int(p[1]),
+                      "char_start": at, "char_end": at + 3, "line_start": None, "line_end": None, "n_tokens": 2})
+        at += len(p)
+    store = SimpleNamespace(catalog=SimpleNamespace(chunk_spans=lambda d: spans), document_text=lambda d: text)
+    allowed = {s["chunk_id"] for s in spans if s["page"] == 2}
+
+    def hit(i):
+        return Hit(rank=1, chunk_id=f"d.pdf#{i}", doc_id="d.pdf", title="d", section_path="Notes", page=2,
+                   filetype="pdf", char_start=spans[i]["char_start"], char_end=spans[i]["char_end"],
+                   text=parts[i].strip(), score=1.0, confidence=0.5)
+
+    for cfg in (Expand(mode="section", max_tokens=100), Expand(mode="neighbours", neighbours=3, max_tokens=100)):
+        for i in (2, 3, 4):
+            out, trace = expand([hit(i)], store, cfg, allowed=allowed, keep=5)
+            assert out[0].text == "p2a p2b p2c" and trace["expanded"][0][1:3] == ["d.pdf#2", "d.pdf#4"]
+        out, _ = expand([hit(3)], store, cfg, allowed={"d.pdf#2", "d.pdf#3", "d.pdf#5"}, keep=5)  # #4 hidden
+        assert out[0].text == "p2a p2b"  # #5 is allowed but lies beyond the hidden #4
+        out, _ = expand([hit(3)], store, cfg, allowed=None, keep=5)
+        assert out[0].text == text.strip()

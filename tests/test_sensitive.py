@@ -146,6 +146,55 @@ def test_sample_store_is_identical_with_it_off(sample_store, embedder):
         assert "sensitive" not in b.trace
 
 
+R = "[REDACTED:credentials]"
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a URL's password: scheme, user and host stay, so the text still reads
+    ("dsn: postgres://admin:" + "S3cr3tPass@db.internal:5432/app", f"dsn: postgres://admin:{R}@db.internal:5432/app"),
+    ("git clone https://user:" + "token123@github.com/x.git", f"git clone https://user:{R}@github.com/x.git"),
+    ("redis://:" + "hunter2pass@cache:6379", f"redis://:{R}@cache:6379"),
+    ("mongodb+srv://svc:" + "p%40ss%3Aw0rd@cluster0.example.net/db", f"mongodb+srv://svc:{R}@cluster0.example.net/db"),
+    ("amqp://bot:" + "Zq9-kL2m@mq:5672 and https://ops:" + "Xy7!abcd@ci.local",
+     f"amqp://bot:{R}@mq:5672 and https://ops:{R}@ci.local"),
+    # placeholders and the words docs write instead of a password are left alone
+    ("postgres://user:password@host/db", None),
+    ("postgres://tidewater:secret@db.internal:5432/tidewater", None),  # the sample corpus' own example
+    ("amqp://guest:guest@rabbit:5672", None),
+    ("postgres://app:${DB_PASSWORD}@db:5432/app", None),
+    ("postgres://app:<password>@db:5432/app", None),
+    ("postgres://app:****@db:5432/app", None),
+    ("https://me:your_token_here@github.com/x.git", None),
+    ("mysql://root:xxxxxxxx@localhost/db", None),
+    ("https://u:" + "%s@h" % R, None),  # already redacted: a second pass changes nothing
+    # no userinfo password at all
+    ("http://localhost:8000/docs", None),
+    ("mail user@example.com or admin@example.com:8080", None),
+    ("git@github.com:org/repo.git", None),
+    ("ssh://git@github.com:22/org/repo.git", None),
+    ("lunch 12:30@noon, then 14:00@office", None),
+    ("https://example.com/search?q=a:b1c2d3e4@x", None),  # '@' after the path is not userinfo
+])
+def test_credentials_in_urls(text, expected):
+    from kbtool.contract import Sensitive
+
+    out, dropped, counts = Sensitive().rules().scan(text)
+    assert out == (text if expected is None else expected) and dropped is None
+    assert counts == ({} if expected is None else {"credentials": expected.count(R) - text.count(R)})
+
+
+def test_sample_corpus_holds_no_credential(sample_store):
+    """The built-in rule matches none of the sample store's chunks (its postgres://...:secret@ is a
+    placeholder), so it costs the sample corpus' answers nothing."""
+    from kbtool.contract import Sensitive
+
+    rules = Sensitive().rules()
+    rows = sample_store.chunks_by_id([c["chunk_id"] for c in sample_store.chunks()])
+    assert len(rows) > 50 and any("postgres://tidewater:secret@" in r["text"] for r in rows.values())
+    hits = [i for i, r in rows.items() for f in ("text", "title", "section_path") if rules.scan(r.get(f) or "")[2]]
+    assert hits == []
+
+
 # ---- a lexicon -------------------------------------------------------------------------------
 def test_lexicon_refuses_a_question(kb, embedder):
     a = ask(kb, "What are the salary bands of support engineers?", embedder, contract=kb["contract"])
@@ -220,6 +269,26 @@ def test_contract_round_trip_and_off_spelling(tmp_path):
     assert load_contract(off).postprocess.sensitive.credentials == "off"
 
 
+
+
+def test_contract_show_gives_the_lexicon_as_written(kb, tmp_path, monkeypatch):
+    """Loading makes the lexicon absolute (copies of the contract keep reading it); `contract show`
+    shows it as the file wrote it, and that text loads again from the contract's folder."""
+    monkeypatch.chdir(tmp_path)  # not the contract's folder
+    c = load_contract(kb["contract"])
+    assert c.postprocess.sensitive.lexicon == str(kb["base"].resolve() / "conf" / "lex.yaml")
+    r = runner.invoke(app, ["contract", "show", "--contract", str(kb["contract"]), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["postprocess"]["sensitive"]["lexicon"] == "lex.yaml"
+    r = runner.invoke(app, ["contract", "show", "--contract", str(kb["contract"])])
+    assert r.exit_code == 0 and "    lexicon: lex.yaml\n" in r.stdout, r.output
+    shown = write(kb["base"] / "conf" / "shown.yaml", r.stdout)
+    again = load_contract(shown)
+    assert again.to_dict() == c.to_dict() and [x.name for x in again.postprocess.sensitive.rules().categories] == \
+        ["pay", "hosts", "credentials"]
+    r = runner.invoke(app, ["contract", "show", "--contract", str(kb["contract"]), "--json",
+                            "--set", "postprocess.sensitive.lexicon=../conf/lex.yaml"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["postprocess"]["sensitive"]["lexicon"] == "../conf/lex.yaml"
 
 def test_spelling_suggestions_never_offer_a_secret():
     """The index's vocabulary is lowercased: a suggestion is checked as written and upper-cased."""

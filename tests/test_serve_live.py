@@ -124,6 +124,49 @@ def test_an_edited_contract_is_swapped_in_and_a_broken_one_keeps_the_old(tmp_pat
     assert service.health()["contract"]["error"] is None and len(service.retrieve("service", mode="dense").hits) == 2
 
 
+
+def test_an_edited_lexicon_reloads_and_a_broken_one_keeps_the_old(tmp_path, embedder, caplog):
+    """postprocess.sensitive.lexicon's file is part of the contract: editing it reloads, a broken
+    edit keeps the last good contract serving and is reported as a broken contract edit is."""
+    from kbtool.serve.service import Service
+
+    kb = _store(tmp_path, embedder)
+    conf = tmp_path / "conf"
+    lex = write(conf / "lex.yaml", "categories:\n  a:\n    words: [invoices]\n")
+    contract = write(conf / "kbtool.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    lexicon: lex.yaml\n")
+    service = Service(kb, contract, check_every=0.1)
+
+    def alpha() -> str:
+        return next(h.text for h in service.retrieve("alpha service invoices seven years", mode="bm25").hits
+                    if h.doc_id == "a.md")
+
+    assert "[REDACTED:a] for seven years" in alpha()
+    write(lex, "categories:\n  a:\n    words: [seven years]\n")
+    assert _until(lambda: "stores invoices for [REDACTED:a]" in alpha(), timeout=5), alpha()
+    assert service.health()["contract"] == {"path": str(contract), "version": 1, "error": None}
+
+    write(lex, "categories: [oops\n")
+    time.sleep(0.3)
+    assert "stores invoices for [REDACTED:a]" in alpha()  # still served, by the last good lexicon
+    health = service.health()
+    assert health["status"] == "degraded" and health["contract"]["version"] == 1
+    assert "postprocess.sensitive.lexicon lex.yaml" in health["contract"]["error"]
+    assert "not valid YAML" in health["contract"]["error"] and "not reloaded" in caplog.text
+    write(lex, "categories:\n  a:\n    words: [alpha]\n")
+    assert _until(lambda: service.health()["contract"]["error"] is None, timeout=5)
+    assert "The [REDACTED:a] service stores invoices for seven years" in alpha()
+
+    # the contract names another lexicon, not there yet: refused; creating that file reloads
+    write(contract, "contract_version: 2\npostprocess:\n  sensitive:\n    lexicon: other.yaml\n")
+    assert _until(lambda: "no such file" in (service.health()["contract"]["error"] or ""), timeout=5)
+    assert service.health()["contract"]["version"] == 1 and "[REDACTED:a] service" in alpha()
+    write(conf / "other.yaml", "categories:\n  b:\n    words: [invoices]\n")
+    assert _until(lambda: service.health()["contract"]["version"] == 2, timeout=5)
+    assert service.health()["contract"]["error"] is None and "stores [REDACTED:b] for" in alpha()
+    write(lex, "categories:\n  a:\n    words: [years]\n    results: drop\n")  # no longer the contract's
+    write(conf / "other.yaml", "categories:\n  b:\n    words: [service]\n")
+    assert _until(lambda: "alpha [REDACTED:b] stores invoices" in alpha(), timeout=5), alpha()
+
 def test_watch_reingests_an_edited_file(tmp_path, embedder):
     from kbtool.serve.service import Service
     from kbtool.serve.watch import Watcher

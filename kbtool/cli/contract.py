@@ -40,6 +40,10 @@ def show(contract: ContractOpt = None, set_: SetOpt = None, json_: JsonOpt = Fal
     from ..contract import dump_yaml
 
     c = load_contract_opt(contract, set_)
+    sens = c.postprocess.sensitive
+    if sens._written:  # the lexicon as written (relative to the contract's folder), not the absolute path loading made
+        c = c.model_copy(update={"postprocess": c.postprocess.model_copy(
+            update={"sensitive": sens.model_copy(update={"lexicon": sens._written})})})
     if json_:
         print_json(c.to_dict())
     else:

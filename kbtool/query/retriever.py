@@ -85,7 +85,11 @@ def contract_for_mode(contract, mode: str):
     data["retrieve"]["fusion"].update(over)
     if rules is not None:
         data["retrieve"]["rules"] = rules
-    return type(contract).model_validate(data)
+    copy = type(contract).model_validate(data)
+    # the sensitive rules compiled when the contract loaded, not the lexicon file as it is now: a
+    # server reloads an edited lexicon with its contract (a broken edit never reaches a request)
+    copy.postprocess.sensitive._rules = contract.postprocess.sensitive._rules
+    return copy
 
 
 @dataclass

@@ -153,8 +153,10 @@ class Service:
         self._gate = _Gate()
         self._checked = 0.0
         self._check_lock = threading.Lock()
+        self._contract_files = [self.contract_path]  # the contract, then the lexicon it names
+        stamp = self._contract_stamps()
         self.contract, self.contract_version_loaded_at = self._load_contract(), time.time()
-        self._contract_stamp = self._stamp_of(self.contract_path)
+        self._watch_contract_files(self.contract, stamp)
         self._store_stamp = self._store_state()
         self.embedder = self._load_embedder()
         self.swaps = 0
@@ -186,6 +188,45 @@ class Service:
         embedder.embed_queries(["warm up"])  # the model's first call is slow: pay it before the first request
         return embedder
 
+    def _contract_stamps(self) -> tuple:
+        return tuple(self._stamp_of(p) for p in self._contract_files)
+
+    def _watch_contract_files(self, contract, stamp: tuple | None) -> None:
+        """Watch the contract file and the lexicon ``contract`` names (``None``: a load failed; the
+        lexicon the file names now is watched too, so fixing the file it points to reloads):
+        editing either reloads the contract. ``stamp``: the stamps taken before that load (a file
+        edited while it loaded is then seen as changed)."""
+        files = [self.contract_path, *self._contract_files[1:2]]
+        lexicon = contract.postprocess.sensitive.lexicon if contract is not None else self._lexicon_named()
+        if lexicon:
+            files[1:] = [Path(lexicon)]
+        elif contract is not None:
+            files = files[:1]
+        if files != self._contract_files or stamp is None:
+            self._contract_files, stamp = files, self._contract_stamps()
+        self._contract_stamp = stamp
+
+    def _lexicon_named(self) -> str | None:
+        """The lexicon file the contract file (with --set overrides) names, absolute; best effort:
+        a file that is no YAML mapping names none."""
+        import yaml
+
+        from ..contract import apply_override
+
+        try:
+            data = yaml.safe_load(self.contract_path.read_text(encoding="utf-8")) if self.contract_path else {}
+            data = data if isinstance(data, dict) else {}
+            for item in self.overrides:
+                apply_override(data, item)
+            name = ((data.get("postprocess") or {}).get("sensitive") or {}).get("lexicon")
+        except Exception:  # noqa: BLE001 - the load's own error is what the service reports
+            return None
+        if not isinstance(name, str) or not name:
+            return None
+        path = Path(name).expanduser()
+        base = self.contract_path.resolve().parent if self.contract_path is not None else Path.cwd()
+        return str(path if path.is_absolute() else base / path)
+
     @staticmethod
     def _stamp_of(path: Path | None):
         if path is None:
@@ -208,7 +249,7 @@ class Service:
             return
         try:
             self._checked = now
-            contract_stamp = self._stamp_of(self.contract_path)
+            contract_stamp = self._contract_stamps()  # the contract file and its lexicon
             if contract_stamp != self._contract_stamp:
                 self._contract_stamp = contract_stamp
                 try:
@@ -216,10 +257,12 @@ class Service:
                 except Exception as exc:  # a broken edit: keep serving the old contract, say so
                     self.contract_error = str(exc)
                     log.error("contract %s not reloaded, the previous one keeps serving: %s", self.contract_path, exc)
+                    self._watch_contract_files(None, contract_stamp)
                 else:
                     with self._gate.swap():
                         self.contract, self.contract_error = new, None
                         self.contract_version_loaded_at = time.time()
+                    self._watch_contract_files(new, contract_stamp)
                     log.info("contract %s reloaded (version %s)", self.contract_path, new.contract_version)
             state = self._store_state()
             if state != self._store_stamp:
