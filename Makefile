@@ -38,6 +38,7 @@ demo: install
 	$(BIN)/kbtool query "refund window" --filter 'dir=policies/**' --store $(DEMO_STORE) --top-k 3
 	$(BIN)/kbtool query "What does error code TW-E8123 mean?" --store $(DEMO_STORE)
 	$(BIN)/kbtool query "How long is the refund window in the EU?" --store $(DEMO_STORE) --context
+	$(BIN)/kbtool query "What is the largest file the Tidewater agent can sync?" --store $(DEMO_STORE) --top-k 3 --set postprocess.freshness.prefer=newer
 	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --modes bm25,dense,dense:use-m,hybrid,contract --out $(DEMO_STORE)-eval
 	$(BIN)/kbtool calibrate eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)-calibration
 

@@ -94,6 +94,7 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
     times = {n: np.zeros((rounds, len(cands))) for n in cs}
     tokens = {n: [] for n in cs}
     flagged = {n: 0 for n in cs}  # conflict questions whose answer flags sources that differ
+    flagged_other = {n: 0 for n in cs}  # the other questions whose answer flags some
     tagged = [("conflict" in q.tags) for q in qs.questions]
     for r in range(rounds):
         for i, cand in enumerate(cands):
@@ -103,8 +104,9 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
                 times[n][r, i] = (time.perf_counter() - t) * 1000
                 if r == 0 and a.decision != "refuse":
                     tokens[n].append(count(a.context))
-                if r == 0 and tagged[i] and getattr(a, "conflicts", None):
-                    flagged[n] += 1
+                if r == 0 and getattr(a, "conflicts", None):
+                    flagged[n] += 1 if tagged[i] else 0
+                    flagged_other[n] += 0 if tagged[i] else 1
     ref = np.median(times["all off"], axis=0)
     out = {"questions": len(questions), "conflict_questions": len(conflict), "eval_s": round(eval_s, 1), "options": {}}
     for n in cs:
@@ -117,6 +119,7 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
             "conflict_stale_top": (sum(r.modes[n].top_doc not in {x.doc for x in r.question.relevant} for r in conflict)
                                    if conflict else None),
             "conflicts_flagged": flagged[n] if conflict else None,
+            "other_answers_flagged": flagged_other[n],
             "p50_ms": round(float(np.median(own)), 2),
             "added_p50_ms": round(float(np.median(own - ref)), 2),
             "context_tokens_mean": round(float(np.mean(tokens[n])), 1) if tokens[n] else None,

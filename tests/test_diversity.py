@@ -15,7 +15,9 @@ from kbtool.query.pipeline import retrieve
 from kbtool.query.postprocess import diversify
 from kbtool.store import Store
 
-from .conftest import write
+from .conftest import ROOT, write
+
+SAMPLE_SET = ROOT / "eval_sets" / "sample.jsonl"
 
 QUESTION = "backup retention policy snapshots"
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
@@ -130,3 +132,35 @@ def test_eval_reports_distinct_documents(kb, fake_embedder):
     assert data["per_question"][0]["modes"]["contract"]["distinct"]["distinct@5"] == len({h.doc_id for h in answers[0].hits[:5]})
     assert capped.to_dict()["diversity"]["contract"]["distinct@5"] == 5.0  # five documents, one hit each
     assert capped.to_dict()["diversity"]["contract"]["distinct@5"] > want
+
+
+def test_mmr_first_hits_do_not_depend_on_how_many_are_asked(sample_store, embedder):
+    """query asks for top_k (5), eval for 100: MMR picks from the contract's own window either way
+    (before, its relevance was scaled over the window read for the hits asked, and 108 of 149
+    sample questions got other first 5 hits from eval than from query at lambda 0.6)."""
+    from kbtool.query.pipeline import answer, gather, scope
+
+    c = load_contract(None, ["postprocess.diversity.mmr_lambda=0.6"], search=False)
+    sc = scope(sample_store, c)
+    qs = [q.question for q in load_questions(SAMPLE_SET).questions][::3]
+    grown = 0
+    for cand in gather(sample_store, c, qs, sc=sc, embedder=embedder):
+        five = [h.chunk_id for h in answer(sample_store, c, cand, sc=sc).hits]
+        many = answer(sample_store, c, cand, sc=sc, top_k=100).hits
+        grown += len(many) > c.retrieve.top_k + 20  # eval's window is wider than the contract's
+        assert [h.chunk_id for h in many[:5]] == five
+        assert [h.chunk_id for h in answer(sample_store, c, cand, sc=sc, top_k=10).hits[:5]] == five
+    assert grown > len(qs) / 2
+
+
+def test_diversify_pool_by_hand():
+    # a, b, c alike; d unlike. Pool of 3: MMR over a, b, c only, then d in fused order.
+    vec = {"a": [1.0, 0.0], "b": [1.0, 0.0], "c": [0.9, 0.1], "d": [0.0, 1.0]}
+    items = [("a", 1.0), ("b", 0.9), ("c", 0.8), ("d", 0.1)]
+    whole, _ = diversify(items, vec, lambda c: c, mmr_lambda=0.5, max_per_document=None, keep=4)
+    assert [c for c, _ in whole][:2] == ["a", "d"]  # d's novelty outweighs its low score
+    pooled, _ = diversify(items, vec, lambda c: c, mmr_lambda=0.5, max_per_document=None, keep=4, pool=3)
+    assert [c for c, _ in pooled] == ["a", "b", "c", "d"]  # d waits until the pool is used up
+    capped, trace = diversify(items, vec, lambda c: "x" if c in "ad" else c, mmr_lambda=0.5, max_per_document=1,
+                              keep=4, pool=2)
+    assert [c for c, _ in capped] == ["a", "b", "c"] and trace["dropped"] == [["d", "x"]]

@@ -225,10 +225,9 @@ class _Question:
         first hits do not depend on how many are asked for (dedup keeps hits in order), so while
         they give k units the score is eval's at its depth; else the answer at full depth decides.
         A question whose hits collapse into fewer units (chunks of one document) asks for twice as
-        many the next time. Not under postprocess.diversity's MMR: it picks from the window read
-        for the hits asked (top_k + a margin), its relevance scaled over that window, so its first
-        hits depend on how many are asked: asked for eval's depth, as eval asks."""
-        ask = self._depth if contract.postprocess.diversity.mmr_lambda is not None else max(k, self._ask)
+        many the next time. postprocess.diversity's MMR picks from the contract's own window
+        (``diversify(pool=)``), so it keeps this true."""
+        ask = max(k, self._ask)
         ranking, _, qrels = units(self.answer(contract, ask).hits, self.q, self.level, self._matcher)
         if len(ranking) < k and ask < self._depth:
             self._ask = min(self._depth, 2 * ask)

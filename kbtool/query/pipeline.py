@@ -379,8 +379,13 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             if missing:
                 got = store.chunk_vectors(missing)
                 cands.vectors.update({c: got.get(c) for c in missing})
+        # MMR's pool: the window's items among the contract's own window (top_k + 20 fused), however
+        # many hits the caller asks for (fused order survives dedup and sensitive: a prefix)
+        first = {c for c, _ in fused[: contract.retrieve.top_k + 20]}
+        pool = next((i for i, (c, _) in enumerate(window) if c not in first), len(window))
         window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
-                                        max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0))
+                                        max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0),
+                                        pool=pool)
         diversified["ms"] = round((time.perf_counter() - t_div) * 1000, 2)
     conflicts = None
     if fresh.prefer is not None:  # postprocess.freshness: conflicts among the hits the decision reads

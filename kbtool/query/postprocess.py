@@ -92,7 +92,7 @@ def dedup(items: list, text_of, similarity: float, keep: int | None = None) -> t
 
 
 def diversify(items: list[tuple[str, float]], vectors: dict, doc_of, *, mmr_lambda: float | None,
-              max_per_document: int | None, keep: int) -> tuple[list, dict]:
+              max_per_document: int | None, keep: int, pool: int | None = None) -> tuple[list, dict]:
     """Re-order fused ``(chunk_id, score)`` items, best first, for more distinct documents.
 
     MMR (``mmr_lambda``): pick, one at a time, the item maximising ``lambda * relevance - (1 -
@@ -101,18 +101,24 @@ def diversify(items: list[tuple[str, float]], vectors: dict, doc_of, *, mmr_lamb
     nothing). The most relevant item is always picked first. ``max_per_document``: an item whose
     document already has that many picked is dropped. Stops once ``keep`` items are picked.
     Returns (picked, trace): trace ``moved`` [[chunk id, rank before, rank after]] for picked items
-    whose rank changed, ``dropped`` [[chunk id, doc id]] (the cap), ranks 1-based."""
+    whose rank changed, ``dropped`` [[chunk id, doc id]] (the cap), ranks 1-based.
+
+    ``pool``: MMR picks among (and scales relevance over) the first ``pool`` items only; the rest
+    follow in their fused order once the pool is used up (the cap still applies). The pipeline
+    passes the items of the contract's window, so the first hits do not depend on how many a
+    caller asks for (query 5, eval 100): the same hits from query, eval and calibrate."""
     import numpy as np
 
-    n = len(items)
-    scores = np.array([s for _, s in items], dtype=np.float64)
+    total = len(items)
+    n = total if pool is None else max(0, min(pool, total))
+    scores = np.array([s for _, s in items[:n]], dtype=np.float64)
     lo, hi = (float(scores.min()), float(scores.max())) if n else (0.0, 0.0)
     rel = (scores - lo) / (hi - lo) if hi > lo else np.ones(n)
     sims = None
     if mmr_lambda is not None and n:
         dim = next((len(v) for v in vectors.values()), 0)
         mat = np.zeros((n, max(dim, 1)), dtype=np.float64)
-        for i, (cid, _) in enumerate(items):
+        for i, (cid, _) in enumerate(items[:n]):
             v = vectors.get(cid)
             if v is not None and dim and len(v) == dim:
                 norm = float(np.linalg.norm(v))
@@ -139,5 +145,14 @@ def diversify(items: list[tuple[str, float]], vectors: dict, doc_of, *, mmr_lamb
         picked.append(best)
         if sims is not None:
             nearest = np.maximum(nearest, sims[best])
+    for i in range(n, total):  # beyond the pool: the fused order
+        if len(picked) >= keep:
+            break
+        doc = doc_of(items[i][0])
+        if max_per_document is not None and per_doc.get(doc, 0) >= max_per_document:
+            dropped.append([items[i][0], doc])
+            continue
+        per_doc[doc] = per_doc.get(doc, 0) + 1
+        picked.append(i)
     moved = [[items[i][0], i + 1, r] for r, i in enumerate(picked, start=1) if i + 1 != r]
     return [items[i] for i in picked], {"moved": moved, "dropped": dropped}
