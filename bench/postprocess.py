@@ -70,6 +70,13 @@ def contracts(lexicon: Path) -> dict:
     return out
 
 
+def stage_ms(trace: dict) -> float:
+    """The post-processing stages' own time in one answer's trace (ms)."""
+    t = trace.get("timings_ms", {})
+    return (sum(t.get(k, 0.0) for k in ("sensitive_ms", "freshness_ms", "compress_ms", "rerank_ms"))
+            + sum(trace.get(k, {}).get("ms", 0.0) for k in ("diversity", "expand")))
+
+
 def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
     from kbtool.evaluation.evaluate import EvalConfig, evaluate
     from kbtool.query.pipeline import answer, count_tokens_for, gather, scope
@@ -93,6 +100,7 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
         answer(store, c, cands[0], sc=scopes[n], count_tokens=count)
     times = {n: np.zeros((rounds, len(cands))) for n in cs}
     tokens = {n: [] for n in cs}
+    stage = {n: [] for n in cs}  # the stages' own time, as the trace records it
     flagged = {n: 0 for n in cs}  # conflict questions whose answer flags sources that differ
     flagged_other = {n: 0 for n in cs}  # the other questions whose answer flags some
     tagged = [("conflict" in q.tags) for q in qs.questions]
@@ -102,6 +110,7 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
                 t = time.perf_counter()
                 a = answer(store, c, cand, sc=scopes[n], count_tokens=count)
                 times[n][r, i] = (time.perf_counter() - t) * 1000
+                stage[n].append(stage_ms(a.trace))
                 if r == 0 and a.decision != "refuse":
                     tokens[n].append(count(a.context))
                 if r == 0 and getattr(a, "conflicts", None):
@@ -121,6 +130,8 @@ def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
             "conflicts_flagged": flagged[n] if conflict else None,
             "other_answers_flagged": flagged_other[n],
             "p50_ms": round(float(np.median(own)), 2),
+            "stage_p50_ms": round(float(np.median(stage[n])), 3),
+            "stage_p95_ms": round(float(np.percentile(stage[n], 95)), 3),
             "added_p50_ms": round(float(np.median(own - ref)), 2),
             "context_tokens_mean": round(float(np.mean(tokens[n])), 1) if tokens[n] else None,
         }
@@ -171,14 +182,16 @@ def postprocess_markdown(r: dict) -> list[str]:
         tags = sorted({t for o in s["options"].values() for t in o["by_tag_ndcg@10"]})
         lines += [f"{name} ({s['questions']} questions):", "",
                   "| option | nDCG@10 | hit@5 | distinct@10 | " + "".join(f"{t} nDCG@10 | " for t in tags)
-                  + "conflict: older page first / flagged | context tokens | p50 answer | added p50 |",
-                  "| --- " * (8 + len(tags)) + "|"]
+                  + "conflict: older page first / flagged | context tokens | stages p50 / p95 | answer p50 | added p50 |",
+                  "| --- " * (9 + len(tags)) + "|"]
         for n, o in s["options"].items():
-            by = "".join(f"{o['by_tag_ndcg@10'].get(t) if o['by_tag_ndcg@10'].get(t) is not None else '–'} | " for t in tags)
+            by = "".join(f"{o['by_tag_ndcg@10'][t]:.3f} | " if o["by_tag_ndcg@10"].get(t) is not None else "– | "
+                         for t in tags)
             stale = ("–" if o.get("conflict_stale_top") is None
                      else f"{o['conflict_stale_top']} / {o['conflicts_flagged']} of {s['conflict_questions']}")
-            lines.append(f"| {n} | {o['ndcg@10']} | {o['hit_rate@5']} | {o['distinct@10']} | {by}{stale} | "
-                         f"{o['context_tokens_mean']} | {o['p50_ms']} ms | {o['added_p50_ms']:+} ms |")
+            lines.append(f"| {n} | {o['ndcg@10']:.3f} | {o['hit_rate@5']:.3f} | {o['distinct@10']:.2f} | {by}{stale} | "
+                         f"{o['context_tokens_mean']:.0f} | {o['stage_p50_ms']:.2f} / {o['stage_p95_ms']:.2f} ms | "
+                         f"{o['p50_ms']:.2f} ms | {o['added_p50_ms']:+.2f} ms |")
         lines.append("")
     return lines
 
