@@ -47,10 +47,11 @@ CREDENTIAL_PATTERNS = [
     r"\A[A-Za-z0-9+/=\s]*-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
     # the body of a key block without its BEGIN/END lines: two or more 64-column base64 lines
     r"(?m:(?:^[A-Za-z0-9+/]{64}[ \t]*\r?\n){2,}(?:^[A-Za-z0-9+/=]{1,64}[ \t]*$)?)",
-    # password=..., api_key: "...", "secret": "..." — the value only, when it is a literal: quoted
-    # (4+ characters) or bare with a digit or symbol (6+), never a placeholder
-    r"(?i:\b(?:" + _KEYS + r"))[\"']?\s*[:=]\s*(?:\"" + _PLACEHOLDER + r"(?P<q1>[^\"\s]{4,})\"|'"
-    + _PLACEHOLDER + r"(?P<q2>[^'\s]{4,})'|" + _PLACEHOLDER
+    # password=..., api_key: "...", "secret": "...", AWS_SECRET_ACCESS_KEY=..., DB_PASSWORD=... — the
+    # value only, when it is a literal: quoted (4-64 characters on one line, a passphrase's spaces
+    # too) or bare with a digit or symbol (6+), never a placeholder
+    r"(?i:(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:" + _KEYS + r"))[\"']?\s*[:=]\s*(?:\"" + _PLACEHOLDER
+    + r"(?P<q1>[^\"\r\n]{4,64})\"|'" + _PLACEHOLDER + r"(?P<q2>[^'\r\n]{4,64})'|" + _PLACEHOLDER
     + r"(?P<bare>(?=[^\s\"',;]*[0-9!@#%^&*+/=_.-])[^\s\"',;<>()\[\]{}]{6,}))",
     # a password in a URL's userinfo (postgres://admin:S3cr3tPass@db:5432, redis://:pw@cache): the
     # password only, when it looks real as a bare assignment value does (6+ characters, a digit or
