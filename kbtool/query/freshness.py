@@ -201,6 +201,7 @@ def differ(a: dict[str, dict], b: dict[str, dict]) -> list[list[str]]:
 
 
 # ---- time decay -----------------------------------------------------------------------------
+_FLOOR = 1e-300  # the smallest decay factor: scores stay finite (a z-score divided by it too)
 
 
 def decay(fused: list[tuple[str, float]], doc_of, dates: dict, cfg) -> tuple[list, dict]:
@@ -221,7 +222,8 @@ def decay(fused: list[tuple[str, float]], doc_of, dates: dict, cfg) -> tuple[lis
             out.append((cid, score))
             continue
         age = max(0.0, (as_of - d).total_seconds() / 86400)
-        f = 0.5 ** (age / cfg.half_life_days)
+        # floored: 0.5 ** (1095 / 1) underflows to 0.0, and a negative score is divided by it
+        f = max(0.5 ** (age / cfg.half_life_days), _FLOOR)
         n += f < 1
         out.append((cid, score * f if score >= 0 else score / f))
     before = {c: i for i, (c, _) in enumerate(fused, start=1)}
