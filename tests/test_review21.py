@@ -33,3 +33,36 @@ def test_decay_of_a_negative_score_with_a_tiny_half_life_does_not_divide_by_zero
     assert [c for c, _ in got][0] == "new#0"
     assert all(abs(s) < float("inf") for _, s in got)
     json.dumps(got, allow_nan=False)
+
+
+WORDS = ["amber", "birch", "cedar", "dune"]
+GUIDE = ("# Guide\n\n## Backups\n\n"
+         + "\n\n".join(f"Paragraph {w}: the nightly backup job copies the {w} volume to cold storage and "
+                       f"verifies the {w} checksum before it marks the {w} run as complete." for w in WORDS) + "\n")
+KEYS = ("# Keys\n\n## Backup keys\n\nThe nightly backup job copies the ember volume to cold storage and verifies "
+        "the ember checksum before it marks the ember run as complete.\n\n"
+        f"The backup job signs in with the key id {AWS} which is rotated by the operations team every quarter "
+        "of the calendar year.\n")
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, fake_embedder):
+    base = tmp_path_factory.mktemp("r21mixed")
+    write(base / "docs" / "guide.md", GUIDE)
+    write(base / "docs" / "keys.md", KEYS)
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=40, overlap=0)).failed
+    return store
+
+
+def test_expand_with_a_dropping_span_keeps_ranks_consecutive(mixed, fake_embedder):
+    # Expansion merges guide.md's hits into one; keys.md's hit grows over a chunk holding a key id
+    # (credentials: drop), so the pipeline puts back the hit's own chunk: with the rank it had
+    # before the merge, not its place in the list returned.
+    q = "paragraph amber birch cedar dune nightly backup volume checksum"
+    sets = ["postprocess.expand.mode=section", "postprocess.expand.max_tokens=1000",
+            "postprocess.sensitive.credentials=drop"]
+    got = retrieve(mixed, load_contract(None, sets, search=False), q, embedder=fake_embedder, top_k=5)
+    ids = [h.chunk_id for h in got.hits]
+    assert any(c.startswith("keys.md") for c in ids) and AWS not in json.dumps(got.to_dict())
+    assert [h.rank for h in got.hits] == list(range(1, len(got.hits) + 1)), [(h.rank, h.chunk_id) for h in got.hits]

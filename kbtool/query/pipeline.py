@@ -442,8 +442,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
             for i, h in enumerate(hits):
                 text, drop, counts = sens.scan(h.text)
-                if drop:  # a dropping category in the span: the hit's own chunk instead
-                    hits[i] = own.get(h.chunk_id, h)
+                if drop:  # a dropping category in the span: the hit's own chunk instead, at the span's rank
+                    hits[i] = replace(own.get(h.chunk_id, h), rank=h.rank)
                 elif counts:
                     hits[i].text = text
                     for k, n in counts.items():
