@@ -66,3 +66,14 @@ def test_expand_with_a_dropping_span_keeps_ranks_consecutive(mixed, fake_embedde
     ids = [h.chunk_id for h in got.hits]
     assert any(c.startswith("keys.md") for c in ids) and AWS not in json.dumps(got.to_dict())
     assert [h.rank for h in got.hits] == list(range(1, len(got.hits) + 1)), [(h.rank, h.chunk_id) for h in got.hits]
+
+
+def test_facts_one_version_written_with_or_without_trailing_zeros_is_no_conflict():
+    from kbtool.query.freshness import differ, facts
+
+    # "version 2" and "version 2.0" are one version; the sample corpus's release notes (3.2 … 3.5)
+    # against the install guide's 3.5.0 were flagged "Sources differ"
+    assert differ(facts("Requires version 2 or later."), facts("Requires version 2.0 or later.")) == []
+    assert differ(facts("Release 3.4 and Release 3.5 are out."), facts("Tidewater Sync 3.5.0 installs.")) == []
+    assert differ(facts("Requires version 2.1."), facts("Requires version 2.10.")) == [["version 2.1", "version 2.10"]]
+

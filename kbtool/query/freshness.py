@@ -88,6 +88,7 @@ _MONEY = [re.compile(r"([$€£])\s?" + _NUM), re.compile(_NUM + r"\s*(usd|eur|g
 _VERSION = [re.compile(r"(?<![\w.])v(\d+(?:\.\d+)+)\b(?!\.\d)", re.I),
             re.compile(r"\b(?:version|release)\s+v?(\d+(?:\.\d+)*)\b(?!\.\d)", re.I),
             re.compile(r"(?<![\w.])(\d+\.\d+\.\d+)\b(?!\.\d)")]
+_TRAILING_ZEROS = re.compile(r"(?<=\d)(?:\.0+)+$")
 _COUNT = re.compile(_NUM + r"\s+([a-z]{3,})\b", re.I)
 # Words a number is often followed by that are not what it counts.
 _NOT_UNITS = frozenset(
@@ -164,8 +165,8 @@ def facts(text: str) -> dict[str, dict]:
     for span, iso, _ in _date_facts(low):
         add(span, "date", iso, None)
     for rx in _VERSION:
-        for m in _scan(rx, low):
-            add(m.span(), "version", m.group(1), None)
+        for m in _scan(rx, low):  # 2, 2.0 and 2.0.0 are one version
+            add(m.span(), "version", _TRAILING_ZEROS.sub("", m.group(1)), None)
     for m in _scan(_DURATION, low):
         add(m.span(), "duration", round(_number(m.group(1)) * _SECONDS[m.group(2)], 6), None)
     for m in _scan(_SIZE, low):
