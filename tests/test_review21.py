@@ -77,3 +77,12 @@ def test_facts_one_version_written_with_or_without_trailing_zeros_is_no_conflict
     assert differ(facts("Release 3.4 and Release 3.5 are out."), facts("Tidewater Sync 3.5.0 installs.")) == []
     assert differ(facts("Requires version 2.1."), facts("Requires version 2.10.")) == [["version 2.1", "version 2.10"]]
 
+
+def test_facts_a_negative_number_keeps_its_sign():
+    from kbtool.query.freshness import differ, facts
+
+    assert differ(facts("The fee changed by -5% this year."), facts("The fee changed by 5% this year.")) == [["-5%", "5%"]]
+    assert differ(facts("Set the offset to -10 degrees."), facts("Set the offset to 10 degrees.")) == [["-10 degrees", "10 degrees"]]
+    # a range or a compound word is no sign
+    assert facts("between 5-10% of uploads")["percent"] == {10.0: "10%"}
+    assert facts("a 90-day window")["duration"] == {7776000.0: "90-day"}

@@ -96,6 +96,12 @@ _NOT_UNITS = frozenset(
     "those was were when which will with times out off over under".split())
 
 
+def _negative(text: str, start: int) -> bool:
+    """A minus sign just before ``start`` that is no range (5-10%) or compound (90-day): after a
+    space, an opening bracket or the start of the text."""
+    return start > 0 and text[start - 1] in "-\u2212" and (start == 1 or text[start - 2] in " \t\n(")
+
+
 def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -158,6 +164,8 @@ def facts(text: str) -> dict[str, dict]:
         return not any(a < span[1] and span[0] < b for a, b in spans)
 
     def add(span, kind, value, shown):
+        if kind != "date" and kind != "version" and _negative(text, span[0]):  # -5%, -10 degrees, -$3
+            span, value = (span[0] - 1, span[1]), -value
         if free(span):
             spans.append(span)
             found.append((span, kind, value, _shown(text[span[0]:span[1]]) if shown is None else shown))
