@@ -86,3 +86,16 @@ def test_facts_a_negative_number_keeps_its_sign():
     # a range or a compound word is no sign
     assert facts("between 5-10% of uploads")["percent"] == {10.0: "10%"}
     assert facts("a 90-day window")["duration"] == {7776000.0: "90-day"}
+
+
+def test_compress_a_text_whose_only_match_is_a_heading_is_returned_whole():
+    # seeds never take a heading and lead is off: nothing kept, and compress_text read kept[0]
+    from kbtool.query.compress import compress_text, split
+
+    text = "## Retention\n\nLogs are kept for a while. They are deleted later.\n\n## Other\n\nNothing here at all."
+    units = split(text)
+    assert [u.kind for u in units] == ["heading", "sentence", "sentence", "heading", "sentence"]
+    scores = [1.0, 0, 0, 0, 0]
+    cfg = SimpleNamespace(max_sentences=2, neighbours=1, max_tokens=256, lead=False)
+    got, kept = compress_text(text, scores, units, cfg, [5] * len(units))
+    assert got == text
