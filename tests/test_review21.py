@@ -99,3 +99,19 @@ def test_compress_a_text_whose_only_match_is_a_heading_is_returned_whole():
     cfg = SimpleNamespace(max_sentences=2, neighbours=1, max_tokens=256, lead=False)
     got, kept = compress_text(text, scores, units, cfg, [5] * len(units))
     assert got == text
+
+
+def test_equal_runs_give_equal_traces_with_diversity_and_expand_on(mixed, fake_embedder):
+    # timings belong in timings_ms (as sensitive_ms, compress_ms, freshness_ms do): the records of
+    # postprocess.diversity and postprocess.expand held an "ms" of their own
+    sets = ["postprocess.diversity.mmr_lambda=0.5", "postprocess.expand.mode=neighbours"]
+    runs = []
+    for _ in range(2):
+        got = retrieve(mixed, load_contract(None, sets, search=False), "nightly backup volume checksum",
+                       embedder=fake_embedder)
+        d = got.to_dict(with_trace=True)
+        assert d["trace"]["timings_ms"]["diversity_ms"] >= 0 and d["trace"]["timings_ms"]["expand_ms"] >= 0
+        d["trace"].pop("timings_ms")
+        runs.append(d)
+    assert "ms" not in runs[0]["trace"]["diversity"] and "ms" not in runs[0]["trace"]["expand"]
+    assert runs[0] == runs[1]

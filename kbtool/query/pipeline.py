@@ -381,7 +381,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
                 cands.vectors.update({c: got.get(c) for c in missing})
         window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
                                         max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0))
-        diversified["ms"] = round((time.perf_counter() - t_div) * 1000, 2)
+        diversity_ms = round((time.perf_counter() - t_div) * 1000, 2)  # in timings_ms only: the record stays equal
     conflicts = None
     if fresh.prefer is not None:  # postprocess.freshness: conflicts among the hits the decision reads
         t_f = time.perf_counter()
@@ -438,7 +438,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         t_exp = time.perf_counter()
         own = {h.chunk_id: replace(h) for h in hits}  # each hit as checked by postprocess.sensitive
         hits, expanded = expand(hits, store, grow, allowed=sc.allowed, keep=asked)
-        expanded["ms"] = round((time.perf_counter() - t_exp) * 1000, 2)
+        expand_ms = round((time.perf_counter() - t_exp) * 1000, 2)  # in timings_ms only
         if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
             for i, h in enumerate(hits):
                 text, drop, counts = sens.scan(h.text)
@@ -502,6 +502,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {}),
                        **({"sensitive_ms": sensitive_ms} if sensitive else {}),
+                       **({"diversity_ms": diversity_ms} if diverse else {}),
+                       **({"expand_ms": expand_ms} if grow.mode else {}),
                        **({"freshness_ms": round(freshness_ms * 1000, 3)} if fresh.active else {}),
                        **({"compress_ms": compress_ms} if compressed else {})},
     }
