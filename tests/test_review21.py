@@ -115,3 +115,31 @@ def test_equal_runs_give_equal_traces_with_diversity_and_expand_on(mixed, fake_e
         runs.append(d)
     assert "ms" not in runs[0]["trace"]["diversity"] and "ms" not in runs[0]["trace"]["expand"]
     assert runs[0] == runs[1]
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory, fake_embedder):
+    """Eight documents of eight short paragraphs each (one chunk a paragraph): 64 chunks."""
+    base = tmp_path_factory.mktemp("r21many")
+    words = ["backup", "restore", "volume", "checksum", "archive", "snapshot", "replica", "schedule"]
+    for d in range(8):
+        paras = [f"Paragraph {d}-{p}: the {words[(d + p) % 8]} job copies the {words[(d * p) % 8]} data and checks "
+                 f"the {words[(d + 2 * p) % 8]} before the {words[p % 8]} run of team {d} is complete."
+                 for p in range(8)]
+        write(base / "docs" / f"doc{d}.md", f"# Doc {d}\n\n" + "\n\n".join(paras) + "\n")
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=40, overlap=0)).failed
+    return store
+
+
+@pytest.mark.parametrize("setting", ["postprocess.diversity.mmr_lambda=0.5", "postprocess.diversity.mmr_lambda=0.2"])
+def test_mmr_picks_the_same_top_k_whatever_top_k_the_caller_asks(many, fake_embedder, setting):
+    # MMR scaled relevance over, and picked from, a window of the caller's top_k + 20: eval (which
+    # asks for 100) and calibrate ranked other hits than `kbtool query` for the same contract
+    c = load_contract(None, [setting], search=False)
+    for q in ["backup volume checksum", "restore snapshot archive", "replica schedule team",
+              "checksum before the run is complete"]:
+        small = retrieve(many, c, q, embedder=fake_embedder)
+        large = retrieve(many, c, q, embedder=fake_embedder, top_k=60)
+        assert [h.chunk_id for h in large.hits][:len(small.hits)] == [h.chunk_id for h in small.hits], q
+        assert (small.decision, small.confidence) == (large.decision, large.confidence)

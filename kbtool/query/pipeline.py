@@ -379,8 +379,27 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             if missing:
                 got = store.chunk_vectors(missing)
                 cands.vectors.update({c: got.get(c) for c in missing})
-        window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
-                                        max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0))
+        # MMR over a pool the contract fixes (the fused top retrieve.top_k + 20 left after dedup), so a
+        # caller asking for more hits (eval: 100) gets the same first hits as a query; beyond it, fused
+        # order under the per-document cap
+        at = {c: i for i, (c, _) in enumerate(fused)}
+        fixed = contract.retrieve.top_k + 20
+        pool, rest = [w for w in window if at[w[0]] < fixed], [w for w in window if at[w[0]] >= fixed]
+        keep = top_k + (margin if grow.mode else 0)
+        window, diversified = diversify(pool, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
+                                        max_per_document=div.max_per_document, keep=keep)
+        per_doc: dict[str, int] = {}
+        for c, _ in window:
+            per_doc[rows[c]["doc_id"]] = per_doc.get(rows[c]["doc_id"], 0) + 1
+        for c, s in rest:
+            if len(window) >= keep:
+                break
+            d = rows[c]["doc_id"]
+            if div.max_per_document is not None and per_doc.get(d, 0) >= div.max_per_document:
+                diversified["dropped"].append([c, d])
+                continue
+            per_doc[d] = per_doc.get(d, 0) + 1
+            window.append((c, s))
         diversity_ms = round((time.perf_counter() - t_div) * 1000, 2)  # in timings_ms only: the record stays equal
     conflicts = None
     if fresh.prefer is not None:  # postprocess.freshness: conflicts among the hits the decision reads
