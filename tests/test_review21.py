@@ -143,3 +143,29 @@ def test_mmr_picks_the_same_top_k_whatever_top_k_the_caller_asks(many, fake_embe
         large = retrieve(many, c, q, embedder=fake_embedder, top_k=60)
         assert [h.chunk_id for h in large.hits][:len(small.hits)] == [h.chunk_id for h in small.hits], q
         assert (small.decision, small.confidence) == (large.decision, large.confidence)
+
+
+NEWP = ("---\nupdated: 2024-10-02\n---\n# Audit log retention\n\n## Retention\n\nAudit logs are kept for 90 days. "
+        "After that the audit logs are deleted from the archive.\n")
+OLDP = ("---\nupdated: 2023-05-10\n---\n# Audit log retention\n\n## Retention\n\nAudit logs retention: the audit logs "
+        "are kept in the archive and deleted from the archive after that.\n\n"
+        "Audit logs are kept for 30 days. After that the audit logs are deleted.\n")
+
+
+def test_a_conflict_whose_hit_expansion_merged_is_still_flagged(tmp_path, fake_embedder):
+    # the conflict (new.md#0 90 days / old.md#2 30 days) is found; expansion returns both texts, in
+    # new.md#1's and old.md#0's spans, merging the conflict's own hits: the flag was dropped
+    write(tmp_path / "docs" / "new.md", NEWP)
+    write(tmp_path / "docs" / "old.md", OLDP)
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=20, overlap=0)).failed
+    sets = ["postprocess.freshness.prefer=newer", "postprocess.expand.mode=section"]
+    got = retrieve(store, load_contract(None, sets, search=False), "how long are audit logs kept in the archive",
+                   embedder=fake_embedder)
+    assert got.trace["freshness"]["conflicts"]  # found before expansion
+    shown = {h.chunk_id: h.text for h in got.hits}
+    assert any("90 days" in t for t in shown.values()) and any("30 days" in t for t in shown.values())
+    assert len(got.conflicts) == 1
+    c = got.conflicts[0]
+    assert "90 days" in shown[c["newer"]] and "30 days" in shown[c["older"]]
+    assert "Sources differ: " in got.context and "90 days / 30 days" in got.context

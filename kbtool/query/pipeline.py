@@ -499,7 +499,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits, compressed = compress(hits, cands, store.analyzer, contract.postprocess.compress,
                                     count_tokens, _token_spans(store))
         compress_ms = round((time.perf_counter() - t_c) * 1000, 3)  # in timings_ms only: the record stays equal
-    if conflicts is not None:  # those between results returned (a merged or cut hit: not shown)
+    if conflicts is not None:  # those between results returned (a cut hit: not shown)
+        cover = dict(expanded.get("merged", ()))  # a hit expansion merged: the result whose span holds it
+        conflicts = [{**c, "newer": cover.get(c["newer"], c["newer"]), "older": cover.get(c["older"], c["older"])}
+                     for c in conflicts]
         shown = {h.chunk_id for h in hits}
         conflicts = [c for c in conflicts if c["newer"] in shown and c["older"] in shown]
     context = ""
