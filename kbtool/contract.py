@@ -348,7 +348,8 @@ class Freshness(_Strict):
     as_of: Optional[str] = Field(
         None, description="the date ages are counted from (YYYY-MM-DD); null: the newest date among the "
                           "question's candidates, so runs are reproducible (the order is the same for any "
-                          "as_of: it scales every score alike)")
+                          "as_of on or after the newest candidate's date: it scales every score alike; a "
+                          "document dated after as_of is not decayed, ages never go below 0)")
 
     @field_validator("date_fields")
     @classmethod

@@ -169,3 +169,20 @@ def test_a_conflict_whose_hit_expansion_merged_is_still_flagged(tmp_path, fake_e
     c = got.conflicts[0]
     assert "90 days" in shown[c["newer"]] and "30 days" in shown[c["older"]]
     assert "Sources differ: " in got.context and "90 days / 30 days" in got.context
+
+
+def test_as_of_before_a_candidate_date_changes_the_order_as_documented():
+    # ages never go below 0: a document dated after as_of is not decayed at all, so the order is the
+    # same for any as_of on or after the newest candidate's date, not "for any as_of" (the contract
+    # said so); the contract's description now says which
+    from kbtool.contract import Freshness
+
+    dates = {"a": _day("2024-06-01"), "b": _day("2024-01-01")}
+    items = [("b#0", 1.0), ("a#0", 0.9)]
+    doc = lambda c: c.split("#")[0]  # noqa: E731
+    late = [c for c, _ in decay(items, doc, dates, SimpleNamespace(as_of="2025-01-01", half_life_days=100))[0]]
+    none = [c for c, _ in decay(items, doc, dates, SimpleNamespace(as_of=None, half_life_days=100))[0]]
+    early = [c for c, _ in decay(items, doc, dates, SimpleNamespace(as_of="2024-01-01", half_life_days=100))[0]]
+    assert late == none == ["a#0", "b#0"] and early == ["b#0", "a#0"]
+    text = Freshness.model_fields["as_of"].description
+    assert "for any as_of:" not in text and "as_of on or after the newest" in text
