@@ -343,7 +343,7 @@ class Freshness(_Strict):
         default_factory=lambda: ["updated", "last_modified", "date"],
         description="document metadata (front matter) keys holding its date, tried in order; then the file's mtime")
     half_life_days: Optional[float] = Field(
-        None, gt=0, description="time decay of the fused score: score * 0.5 ** (age days / half_life_days), "
+        None, gt=0, allow_inf_nan=False, description="time decay of the fused score: score * 0.5 ** (age days / half_life_days), "
                                 "before dedup; null: off")
     as_of: Optional[str] = Field(
         None, description="the date ages are counted from (YYYY-MM-DD); null: the newest date among the "

@@ -186,3 +186,12 @@ def test_as_of_before_a_candidate_date_changes_the_order_as_documented():
     assert late == none == ["a#0", "b#0"] and early == ["b#0", "a#0"]
     text = Freshness.model_fields["as_of"].description
     assert "for any as_of:" not in text and "as_of on or after the newest" in text
+
+
+def test_half_life_days_must_be_finite():
+    # inf was accepted and written to the JSONL trace as `Infinity`, which is not JSON
+    from kbtool.errors import ContractError
+
+    with pytest.raises(ContractError, match=r"postprocess\.freshness\.half_life_days"):
+        load_contract(None, ["postprocess.freshness.half_life_days=inf"], search=False)
+    assert load_contract(None, ["postprocess.freshness.half_life_days=1e6"], search=False).postprocess.freshness.half_life_days == 1e6
