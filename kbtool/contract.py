@@ -365,9 +365,9 @@ class Freshness(_Strict):
 
         if isinstance(v, date):  # YAML reads a bare 2024-10-02 as a date
             return v.isoformat()
-        if v is not None:
-            try:
-                date.fromisoformat(str(v))
+        if v is not None and not isinstance(v, bool):
+            try:  # 20241002 (read by YAML as a number), 2024-10-02: kept as YYYY-MM-DD
+                return date.fromisoformat(str(v)).isoformat()
             except ValueError:
                 raise ValueError(f"{v!r} is not a date: use YYYY-MM-DD") from None
         return v

@@ -195,3 +195,10 @@ def test_half_life_days_must_be_finite():
     with pytest.raises(ContractError, match=r"postprocess\.freshness\.half_life_days"):
         load_contract(None, ["postprocess.freshness.half_life_days=inf"], search=False)
     assert load_contract(None, ["postprocess.freshness.half_life_days=1e6"], search=False).postprocess.freshness.half_life_days == 1e6
+
+
+@pytest.mark.parametrize("given", ["20241002", "2024-10-02"])
+def test_as_of_reads_as_a_date_and_is_kept_as_yyyy_mm_dd(given):
+    # YAML reads --set as_of=20241002 as an int: "must be a valid string" (the date check passed it)
+    c = load_contract(None, [f"postprocess.freshness.as_of={given}"], search=False)
+    assert c.postprocess.freshness.as_of == "2024-10-02"
