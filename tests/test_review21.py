@@ -202,3 +202,38 @@ def test_as_of_reads_as_a_date_and_is_kept_as_yyyy_mm_dd(given):
     # YAML reads --set as_of=20241002 as an int: "must be a valid string" (the date check passed it)
     c = load_contract(None, [f"postprocess.freshness.as_of={given}"], search=False)
     assert c.postprocess.freshness.as_of == "2024-10-02"
+
+
+def test_a_restricted_answer_with_every_stage_on_equals_the_answer_without_the_hidden_page(tmp_path, fake_embedder):
+    # the hidden page is the newest (the decay's as_of when null) and disagrees (a conflict): a
+    # caller who may not read it gets the answer of a store without it, trace and all
+    from kbtool.ingestion.pipeline import IngestOptions
+
+    page = ("---\nupdated: {d}\n---\n# Audit log retention\n\nAudit logs are kept for {n} days. After that they are "
+            "deleted from the archive.\n")
+
+    def build(base, hidden):
+        write(base / "pub" / "a.md", page.format(d="2023-05-10", n=30))
+        write(base / "pub" / "b.md", page.format(d="2022-05-10", n=60) + "\nAudit log exports run nightly.\n")
+        write(base / "pub" / "c.md", "---\nupdated: 2021-01-01\n---\n# Exports\n\nAudit log exports run for 7 days.\n")
+        store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+        assert not ingest(store, [base / "pub"], embedder=fake_embedder).failed
+        if hidden:
+            write(base / "sec" / "s.md", page.format(d="2025-10-02", n=90))
+            assert not ingest(store, [base / "sec"], IngestOptions(metadata={"access": "staff"}), embedder=fake_embedder).failed
+        return store
+
+    both, public = build(tmp_path / "both", True), build(tmp_path / "public", False)
+    sets = ["postprocess.freshness.prefer=newer", "postprocess.freshness.half_life_days=30",
+            "postprocess.compress.mode=sentences", "postprocess.compress.min_tokens=0",
+            "postprocess.expand.mode=neighbours", "postprocess.diversity.mmr_lambda=0.5",
+            "postprocess.sensitive.credentials=drop"]
+    c = load_contract(None, sets, search=False)
+    runs = []
+    for store in (both, public):
+        got = retrieve(store, c, "how long are audit logs kept", embedder=fake_embedder, allow=["public"])
+        d = got.to_dict(with_trace=True)
+        d["trace"].pop("timings_ms")
+        runs.append(d)
+    assert runs[0]["trace"]["freshness"]["decay"]["as_of"] == "2023-05-10"
+    assert runs[0] == runs[1]
