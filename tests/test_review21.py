@@ -237,3 +237,25 @@ def test_a_restricted_answer_with_every_stage_on_equals_the_answer_without_the_h
         runs.append(d)
     assert runs[0]["trace"]["freshness"]["decay"]["as_of"] == "2023-05-10"
     assert runs[0] == runs[1]
+
+
+KEYS2 = ("# Keys\n\n## Backup keys\n\nThe nightly backup job copies the ember volume to cold storage every night at two.\n\n"
+         "The nightly backup job verifies the ember checksum before it marks the ember run complete.\n\n"
+         f"The operations team signs in with the key id {AWS} which is rotated every quarter of the year.\n")
+
+
+def test_expansion_never_grows_over_a_chunk_the_sensitive_rules_drop(tmp_path, fake_embedder):
+    # keys.md#0 grew over #1 and #2 (a key id: credentials=drop), so it went back to its own chunk,
+    # and keys.md#1, merged into that span, was lost: neither returned nor shown
+    write(tmp_path / "docs" / "keys.md", KEYS2)
+    write(tmp_path / "docs" / "other.md", "# Other\n\nInvoices are sent on the first day of every month.\n")
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=25, overlap=0)).failed
+    sets = ["postprocess.expand.mode=section", "postprocess.sensitive.credentials=drop"]
+    got = retrieve(store, load_contract(None, sets, search=False), "nightly backup job ember volume checksum",
+                   embedder=fake_embedder)
+    text = "\n".join(h.text for h in got.hits)
+    assert "copies the ember volume" in text and "verifies the ember checksum" in text
+    assert AWS not in json.dumps(got.to_dict(with_trace=True)) and AWS not in got.context
+    assert got.hits[0].chunk_id == "keys.md#0" and got.hits[0].char_end > got.hits[0].char_start
+    assert got.trace["expand"]["expanded"][0][:3] == ["keys.md#0", "keys.md#0", "keys.md#1"]

@@ -456,7 +456,14 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 
         t_exp = time.perf_counter()
         own = {h.chunk_id: replace(h) for h in hits}  # each hit as checked by postprocess.sensitive
-        hits, expanded = expand(hits, store, grow, allowed=sc.allowed, keep=asked)
+        allowed = sc.allowed
+        if sens.drops:  # never grow over a chunk the rules drop (a span holding one goes back to the hit's own chunk)
+            ids = [c["chunk_id"] for d in dict.fromkeys(h.doc_id for h in hits) for c in store.catalog.chunk_spans(d)]
+            rows_of = store.chunks_by_id(ids)
+            bad = {c for c, r in rows_of.items() if sens.scan(r["text"])[1] is not None}
+            if bad:
+                allowed = (set(ids) if allowed is None else set(allowed)) - bad
+        hits, expanded = expand(hits, store, grow, allowed=allowed, keep=asked)
         expand_ms = round((time.perf_counter() - t_exp) * 1000, 2)  # in timings_ms only
         if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
             for i, h in enumerate(hits):
