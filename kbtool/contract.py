@@ -297,7 +297,8 @@ class Diversity(_Strict):
     mmr_lambda: Optional[float] = Field(
         None, ge=0, le=1, description="MMR over the fused candidates' chunk vectors: lambda * relevance (fused "
                                       "score scaled to 0..1) - (1 - lambda) * max cosine to a hit above; "
-                                      "1 = pure relevance; null: off. Re-orders the window dedup reads (top_k + 20)")
+                                      "1 = pure relevance; null: off. Re-orders the window dedup reads (the contract's "
+                                      "retrieve.top_k + 20, whatever top_k a caller asks)")
     max_per_document: Optional[int] = Field(None, gt=0, description="at most this many hits per document; null: off")
 
 
