@@ -297,7 +297,8 @@ class Diversity(_Strict):
     mmr_lambda: Optional[float] = Field(
         None, ge=0, le=1, description="MMR over the fused candidates' chunk vectors: lambda * relevance (fused "
                                       "score scaled to 0..1) - (1 - lambda) * max cosine to a hit above; "
-                                      "1 = pure relevance; null: off. Re-orders the window dedup reads (top_k + 20)")
+                                      "1 = pure relevance; null: off. Re-orders the window dedup reads (the contract's "
+                                      "retrieve.top_k + 20, whatever top_k a caller asks)")
     max_per_document: Optional[int] = Field(None, gt=0, description="at most this many hits per document; null: off")
 
 
@@ -343,12 +344,13 @@ class Freshness(_Strict):
         default_factory=lambda: ["updated", "last_modified", "date"],
         description="document metadata (front matter) keys holding its date, tried in order; then the file's mtime")
     half_life_days: Optional[float] = Field(
-        None, gt=0, description="time decay of the fused score: score * 0.5 ** (age days / half_life_days), "
+        None, gt=0, allow_inf_nan=False, description="time decay of the fused score: score * 0.5 ** (age days / half_life_days), "
                                 "before dedup; null: off")
     as_of: Optional[str] = Field(
         None, description="the date ages are counted from (YYYY-MM-DD); null: the newest date among the "
                           "question's candidates, so runs are reproducible (the order is the same for any "
-                          "as_of: it scales every score alike)")
+                          "as_of on or after the newest candidate's date: it scales every score alike; a "
+                          "document dated after as_of is not decayed, ages never go below 0)")
 
     @field_validator("date_fields")
     @classmethod
@@ -364,9 +366,9 @@ class Freshness(_Strict):
 
         if isinstance(v, date):  # YAML reads a bare 2024-10-02 as a date
             return v.isoformat()
-        if v is not None:
-            try:
-                date.fromisoformat(str(v))
+        if v is not None and not isinstance(v, bool):
+            try:  # 20241002 (read by YAML as a number), 2024-10-02: kept as YYYY-MM-DD
+                return date.fromisoformat(str(v)).isoformat()
             except ValueError:
                 raise ValueError(f"{v!r} is not a date: use YYYY-MM-DD") from None
         return v

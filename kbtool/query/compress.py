@@ -186,7 +186,7 @@ def compress_text(text: str, scores: list[float], units: list[Unit], cfg, cost: 
             keep.add(h)
             used += cost[h]
     kept = sorted(keep)
-    if len(kept) == len(units):
+    if not kept or len(kept) == len(units):  # nothing kept (a heading alone matched, no lead): whole
         return text, kept
     parts, prev = [], None
     if kept[0] > 0:

@@ -88,11 +88,18 @@ _MONEY = [re.compile(r"([$€£])\s?" + _NUM), re.compile(_NUM + r"\s*(usd|eur|g
 _VERSION = [re.compile(r"(?<![\w.])v(\d+(?:\.\d+)+)\b(?!\.\d)", re.I),
             re.compile(r"\b(?:version|release)\s+v?(\d+(?:\.\d+)*)\b(?!\.\d)", re.I),
             re.compile(r"(?<![\w.])(\d+\.\d+\.\d+)\b(?!\.\d)")]
+_TRAILING_ZEROS = re.compile(r"(?<=\d)(?:\.0+)+$")
 _COUNT = re.compile(_NUM + r"\s+([a-z]{3,})\b", re.I)
 # Words a number is often followed by that are not what it counts.
 _NOT_UNITS = frozenset(
     "and are but can for from has have into its more not now only per than that the their then these this "
     "those was were when which will with times out off over under".split())
+
+
+def _negative(text: str, start: int) -> bool:
+    """A minus sign just before ``start`` that is no range (5-10%) or compound (90-day): after a
+    space, an opening bracket or the start of the text."""
+    return start > 0 and text[start - 1] in "-\u2212" and (start == 1 or text[start - 2] in " \t\n(")
 
 
 def _number(text: str) -> float:
@@ -157,6 +164,8 @@ def facts(text: str) -> dict[str, dict]:
         return not any(a < span[1] and span[0] < b for a, b in spans)
 
     def add(span, kind, value, shown):
+        if kind != "date" and kind != "version" and _negative(text, span[0]):  # -5%, -10 degrees, -$3
+            span, value = (span[0] - 1, span[1]), -value
         if free(span):
             spans.append(span)
             found.append((span, kind, value, _shown(text[span[0]:span[1]]) if shown is None else shown))
@@ -164,8 +173,8 @@ def facts(text: str) -> dict[str, dict]:
     for span, iso, _ in _date_facts(low):
         add(span, "date", iso, None)
     for rx in _VERSION:
-        for m in _scan(rx, low):
-            add(m.span(), "version", m.group(1), None)
+        for m in _scan(rx, low):  # 2, 2.0 and 2.0.0 are one version
+            add(m.span(), "version", _TRAILING_ZEROS.sub("", m.group(1)), None)
     for m in _scan(_DURATION, low):
         add(m.span(), "duration", round(_number(m.group(1)) * _SECONDS[m.group(2)], 6), None)
     for m in _scan(_SIZE, low):
@@ -201,6 +210,7 @@ def differ(a: dict[str, dict], b: dict[str, dict]) -> list[list[str]]:
 
 
 # ---- time decay -----------------------------------------------------------------------------
+_FLOOR = 1e-300  # the smallest decay factor: scores stay finite (a z-score divided by it too)
 
 
 def decay(fused: list[tuple[str, float]], doc_of, dates: dict, cfg) -> tuple[list, dict]:
@@ -221,7 +231,8 @@ def decay(fused: list[tuple[str, float]], doc_of, dates: dict, cfg) -> tuple[lis
             out.append((cid, score))
             continue
         age = max(0.0, (as_of - d).total_seconds() / 86400)
-        f = 0.5 ** (age / cfg.half_life_days)
+        # floored: 0.5 ** (1095 / 1) underflows to 0.0, and a negative score is divided by it
+        f = max(0.5 ** (age / cfg.half_life_days), _FLOOR)
         n += f < 1
         out.append((cid, score * f if score >= 0 else score / f))
     before = {c: i for i, (c, _) in enumerate(fused, start=1)}

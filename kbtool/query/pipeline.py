@@ -386,7 +386,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         window, diversified = diversify(window, cands.vectors, lambda c: rows[c]["doc_id"], mmr_lambda=div.mmr_lambda,
                                         max_per_document=div.max_per_document, keep=top_k + (margin if grow.mode else 0),
                                         pool=pool)
-        diversified["ms"] = round((time.perf_counter() - t_div) * 1000, 2)
+        diversity_ms = round((time.perf_counter() - t_div) * 1000, 2)  # in timings_ms only: the record stays equal
     conflicts = None
     if fresh.prefer is not None:  # postprocess.freshness: conflicts among the hits the decision reads
         t_f = time.perf_counter()
@@ -442,13 +442,20 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 
         t_exp = time.perf_counter()
         own = {h.chunk_id: replace(h) for h in hits}  # each hit as checked by postprocess.sensitive
-        hits, expanded = expand(hits, store, grow, allowed=sc.allowed, keep=asked)
-        expanded["ms"] = round((time.perf_counter() - t_exp) * 1000, 2)
+        allowed = sc.allowed
+        if sens.drops:  # never grow over a chunk the rules drop (a span holding one goes back to the hit's own chunk)
+            ids = [c["chunk_id"] for d in dict.fromkeys(h.doc_id for h in hits) for c in store.catalog.chunk_spans(d)]
+            rows_of = store.chunks_by_id(ids)
+            bad = {c for c, r in rows_of.items() if sens.scan(r["text"])[1] is not None}
+            if bad:
+                allowed = (set(ids) if allowed is None else set(allowed)) - bad
+        hits, expanded = expand(hits, store, grow, allowed=allowed, keep=asked)
+        expand_ms = round((time.perf_counter() - t_exp) * 1000, 2)  # in timings_ms only
         if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
             for i, h in enumerate(hits):
                 text, drop, counts = sens.scan(h.text)
-                if drop:  # a dropping category in the span: the hit's own chunk instead
-                    hits[i] = own.get(h.chunk_id, h)
+                if drop:  # a dropping category in the span: the hit's own chunk instead, at the span's rank
+                    hits[i] = replace(own.get(h.chunk_id, h), rank=h.rank)
                 elif counts:
                     hits[i].text = text
                     for k, n in counts.items():
@@ -485,7 +492,10 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         hits, compressed = compress(hits, cands, store.analyzer, contract.postprocess.compress,
                                     count_tokens, _token_spans(store))
         compress_ms = round((time.perf_counter() - t_c) * 1000, 3)  # in timings_ms only: the record stays equal
-    if conflicts is not None:  # those between results returned (a merged or cut hit: not shown)
+    if conflicts is not None:  # those between results returned (a cut hit: not shown)
+        cover = dict(expanded.get("merged", ()))  # a hit expansion merged: the result whose span holds it
+        conflicts = [{**c, "newer": cover.get(c["newer"], c["newer"]), "older": cover.get(c["older"], c["older"])}
+                     for c in conflicts]
         shown = {h.chunk_id for h in hits}
         conflicts = [c for c in conflicts if c["newer"] in shown and c["older"] in shown]
     context = ""
@@ -507,6 +517,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         "timings_ms": {**cands.timings, "fuse_decide_ms": round(t_post * 1000, 2),
                        **({"rerank_ms": reranked["ms"]} if reranked else {}),
                        **({"sensitive_ms": sensitive_ms} if sensitive else {}),
+                       **({"diversity_ms": diversity_ms} if diverse else {}),
+                       **({"expand_ms": expand_ms} if grow.mode else {}),
                        **({"freshness_ms": round(freshness_ms * 1000, 3)} if fresh.active else {}),
                        **({"compress_ms": compress_ms} if compressed else {})},
     }

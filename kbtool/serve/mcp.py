@@ -111,6 +111,8 @@ def answer_payload(answer, freshness: dict | None = None) -> dict:
            "citations": [] if refused else cites, "nearest": cites if refused else []}
     if answer.filters:
         out["filters"] = answer.filters
+    if getattr(answer, "conflicts", None) is not None:  # postprocess.freshness.prefer set: as query --json has it
+        out["conflicts"] = answer.conflicts
     if freshness is not None:
         out["freshness"] = freshness
     return out
