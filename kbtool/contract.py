@@ -341,8 +341,10 @@ class Freshness(_Strict):
         0.8, gt=0, le=1, description="cosine of two chunk vectors at or above which hits are about the same thing "
                                      "(under the same last section_path heading: at 0.2 less; without vectors the heading alone)")
     date_fields: list[str] = Field(
-        default_factory=lambda: ["updated", "last_modified", "date"],
-        description="document metadata (front matter) keys holding its date, tried in order; then the file's mtime")
+        default_factory=lambda: ["updated", "last_modified", "date", "mtime"],
+        description="where a document's date comes from, tried in order: metadata (front matter) keys, and "
+                    "mtime (the file's modification time when it was ingested); leave mtime out where files "
+                    "are checked out or copied (their mtime is then that day): such documents stay undated")
     half_life_days: Optional[float] = Field(
         None, gt=0, allow_inf_nan=False, description="time decay of the fused score: score * 0.5 ** (age days / half_life_days), "
                                 "before dedup; null: off")

@@ -264,3 +264,22 @@ def test_context_line_stays_within_the_budget(kb, embedder):
             assert "Sources differ" not in block and block == build_context(got.hits, got.decision, small, count)[0]
         seen.add(line in block)
     assert seen == {True, False}
+
+
+def test_date_fields_without_mtime_leave_an_undated_document_undated(tmp_path, embedder):
+    """A checkout's files all carry its day as mtime: listed without ``mtime``, only real dates count,
+    so a page with a front matter date is not outranked by an undated copy dated 'today'."""
+    docs = tmp_path / "docs"
+    write(docs / "limits.md", "---\nupdated: 2025-03-01\n---\n# Upload limit\n\nThe upload limit is 5 GB per file for every account.\n")
+    _mtime(write(docs / "limits-copy.md", "# Upload limit\n\nThe upload limit is 2 GB per file for every account.\n"), "2026-01-01")
+    store = Store.open(tmp_path / "kb", create=True)
+    assert not ingest(store, [docs], embedder=embedder).failed
+    q = "what is the upload limit per file"
+    with_mtime = ask(store, embedder, "postprocess.freshness.prefer=newer", question=q)
+    assert with_mtime.conflicts[0]["newer_doc"] == "limits-copy.md" and with_mtime.conflicts[0]["newer_date"] == "2026-01-01"
+    dated = ask(store, embedder, "postprocess.freshness.prefer=newer",
+                "postprocess.freshness.date_fields=[updated, last_modified, date]", question=q)
+    c = dated.conflicts[0]
+    assert (c["older_date"], c["newer_date"]) in ((None, "2025-03-01"), ("2025-03-01", None))
+    assert {c["newer_doc"], c["older_doc"]} == {"limits.md", "limits-copy.md"}
+    assert dated.trace["freshness"] is not None

@@ -11,8 +11,8 @@ Two parts, each a step of ``pipeline.answer()``:
   units, durations, dates, versions (``facts``). ``newer``: the newer document's hit takes the
   older one's place (the older stays, below it); ``score``: the order is kept. Both flag it.
 
-A document's date: the first of ``date_fields`` in its metadata (front matter) that reads as a
-date, else its file's mtime (UTC).
+A document's date: the first of ``date_fields`` that gives one — a metadata (front matter) key
+that reads as a date, or ``mtime``, the file's modification time when it was ingested (UTC).
 """
 
 from __future__ import annotations
@@ -50,9 +50,15 @@ def document_dates(store, doc_ids, fields) -> dict[str, tuple[datetime | None, s
     """doc_id -> (its date, where it came from: the metadata key or ``mtime``), (None, None) undated."""
     out = {}
     for doc, (meta, mtime) in store.document_dating(sorted(set(doc_ids))).items():
-        got = next(((d, k) for k in fields if (d := parse_date(meta.get(k))) is not None), None)
-        if got is None and mtime is not None:
-            got = (datetime.fromtimestamp(float(mtime), tz=timezone.utc), "mtime")
+        got = None
+        for k in fields:  # "mtime": the file's modification time when it was ingested, where it is listed
+            if k == "mtime" and "mtime" not in meta:
+                d = None if mtime is None else datetime.fromtimestamp(float(mtime), tz=timezone.utc)
+            else:
+                d = parse_date(meta.get(k))
+            if d is not None:
+                got = (d, k)
+                break
         out[doc] = got or (None, None)
     return out
 
