@@ -32,7 +32,6 @@ _INDENTED = re.compile(r"^(?: {4}|\t)")
 # digit, quote, bracket, backtick or CJK; a period set off by spaces (" . ", tokenized text such as
 # Cranfield's abstracts); or a CJK full stop / exclamation / question mark.
 _END = re.compile(r"[.!?][\"'”’)\]]*\s+(?=[A-Z0-9\"'“‘(\[`\u3400-\u9fff])|(?<=\s)[.!?]\s+|[。！？][」』”’）)]*\s*")
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,17 @@ def diversify(items: list[tuple[str, float]], vectors: dict, doc_of, *, mmr_lamb
     dropped: list[list] = []
     left = list(range(n))
     nearest = np.zeros(n)  # max cosine to a picked item
+
+    def take(i: int) -> bool:
+        """Pick item i unless its document already has max_per_document picked (then drop it)."""
+        doc = doc_of(items[i][0])
+        if max_per_document is not None and per_doc.get(doc, 0) >= max_per_document:
+            dropped.append([items[i][0], doc])
+            return False
+        per_doc[doc] = per_doc.get(doc, 0) + 1
+        picked.append(i)
+        return True
+
     while left and len(picked) < keep:
         if sims is None or not picked:
             best = left[0]
@@ -137,22 +148,11 @@ def diversify(items: list[tuple[str, float]], vectors: dict, doc_of, *, mmr_lamb
             value = mmr_lambda * rel[left] - (1 - mmr_lambda) * nearest[left]
             best = left[int(np.argmax(value))]  # ties: the better fused rank (argmax takes the first)
         left.remove(best)
-        doc = doc_of(items[best][0])
-        if max_per_document is not None and per_doc.get(doc, 0) >= max_per_document:
-            dropped.append([items[best][0], doc])
-            continue
-        per_doc[doc] = per_doc.get(doc, 0) + 1
-        picked.append(best)
-        if sims is not None:
+        if take(best) and sims is not None:
             nearest = np.maximum(nearest, sims[best])
     for i in range(n, total):  # beyond the pool: the fused order
         if len(picked) >= keep:
             break
-        doc = doc_of(items[i][0])
-        if max_per_document is not None and per_doc.get(doc, 0) >= max_per_document:
-            dropped.append([items[i][0], doc])
-            continue
-        per_doc[doc] = per_doc.get(doc, 0) + 1
-        picked.append(i)
+        take(i)
     moved = [[items[i][0], i + 1, r] for r, i in enumerate(picked, start=1) if i + 1 != r]
     return [items[i] for i in picked], {"moved": moved, "dropped": dropped}
