@@ -247,8 +247,9 @@ categories:
 
 
 def test_calibrate_equals_eval_with_diversity_expand_and_sensitive_on(sample_store, embedder, tmp_path):
-    """postprocess.diversity (MMR and a per-document cap), postprocess.expand and
-    postprocess.sensitive (a lexicon that drops and redacts) run inside answer(): calibrate's score
+    """postprocess.diversity (MMR and a per-document cap), postprocess.expand,
+    postprocess.sensitive (a lexicon that drops and redacts), postprocess.freshness (conflicts,
+    the newer first) and postprocess.compress run inside answer(): calibrate's score
     and decision of each question are eval's on the same contract, and so is its score of another
     setting. (Under MMR calibrate once asked for k hits, where eval asks for 100: MMR's first hits
     depend on the window read for the hits asked, and 19 of 115 scores differed.)"""
@@ -259,7 +260,9 @@ def test_calibrate_equals_eval_with_diversity_expand_and_sensitive_on(sample_sto
     path = write(tmp_path / "kbtool.yaml", "contract_version: 1\npostprocess:\n"
                  "  diversity:\n    mmr_lambda: 0.6\n    max_per_document: 2\n"
                  "  expand:\n    mode: section\n    max_tokens: 300\n"
-                 "  sensitive:\n    lexicon: lex.yaml\n")
+                 "  sensitive:\n    lexicon: lex.yaml\n"
+                 "  freshness:\n    prefer: newer\n"
+                 "  compress:\n    mode: sentences\n")
     contract = load_contract(path)
     qs = load_questions(SAMPLE_SET)
     config = EvalConfig(modes=["contract"], ks=[10], metrics=["ndcg"])
@@ -270,6 +273,8 @@ def test_calibrate_equals_eval_with_diversity_expand_and_sensitive_on(sample_sto
     answers = [it.answer(contract) for it in items]
     assert any(a.hits and any("[REDACTED:brand]" in h.text for h in a.hits) for a in answers)
     assert not any("webhook" in h.text.lower() for a in answers for h in a.hits)  # dropped
+    assert any(a.conflicts for a in answers)  # freshness: the large-files pages disagree
+    assert any(" … " in h.text for a in answers for h in a.hits)  # compress: sentences left out
     assert {it.q.id: a.decision for it, a in zip(items, answers)} == {i: m.decision for i, m in evals.items()}
     ans = [it for it in items if it.q.answerable]
     mine = {it.q.id: it.metric(contract, "ndcg@10", 10) for it in ans}
@@ -281,3 +286,13 @@ def test_calibrate_equals_eval_with_diversity_expand_and_sensitive_on(sample_sto
     mine = {it.q.id: it.metric(setting, "ndcg@10", 10) for it in ans}
     assert mine == pytest.approx({r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()},
                                  abs=1e-12), CONFIGS[2]
+    # the time decay (before dedup: it re-orders the fused list calibrate caches candidates for)
+    decayed = load_contract(None, ["postprocess.freshness.half_life_days=365",
+                                   "postprocess.freshness.date_fields=[updated]"], search=False)
+    report = evaluate(sample_store, qs, config, contract=decayed, embedder=embedder)
+    mine = {it.q.id: it.metric(decayed, "ndcg@10", 10) for it in ans}
+    theirs = {r.question.id: r.modes["contract"].metrics["ndcg@10"] for r in report.answerable()}
+    assert mine == pytest.approx(theirs, abs=1e-12)
+    plain = load_contract(None, [], search=False)
+    assert any([h.chunk_id for h in it.answer(decayed).hits] != [h.chunk_id for h in it.answer(plain).hits]
+               for it in ans)  # the decay moved something
