@@ -337,9 +337,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         from . import freshness as fresh_stage
 
         t_f = time.perf_counter()
-        # a chunk id is "<doc_id>#<ordinal>" (kbtool.chunk): the documents before any row is read
-        dates = fresh_stage.document_dates(store, {c.rpartition("#")[0] for c, _ in fused}, fresh.date_fields)
-        if fresh.half_life_days is not None:
+        if fresh.half_life_days is not None:  # every candidate's date (the conflicts below need only the top_k's)
+            # a chunk id is "<doc_id>#<ordinal>" (kbtool.chunk): the documents before any row is read
+            dates = fresh_stage.document_dates(store, {c.rpartition("#")[0] for c, _ in fused}, fresh.date_fields)
             fused, freshness["decay"] = fresh_stage.decay(fused, lambda c: c.rpartition("#")[0], dates, fresh)
         freshness_ms = time.perf_counter() - t_f
     asked = top_k or contract.retrieve.top_k
@@ -375,10 +375,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 
         t_div = time.perf_counter()
         if div.mmr_lambda is not None:
-            missing = [c for c, _ in window if c not in cands.vectors]
-            if missing:
-                got = store.chunk_vectors(missing)
-                cands.vectors.update({c: got.get(c) for c in missing})
+            _read_vectors(store, cands, window)
         # MMR's pool: the window's items among the contract's own window (top_k + 20 fused), however
         # many hits the caller asks for (fused order survives dedup and sensitive: a prefix)
         first = {c for c, _ in fused[: contract.retrieve.top_k + 20]}
@@ -391,10 +388,9 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     if fresh.prefer is not None:  # postprocess.freshness: conflicts among the hits the decision reads
         t_f = time.perf_counter()
         seen = window[: contract.retrieve.top_k]
-        missing = [c for c, _ in seen if c not in cands.vectors]
-        if missing:
-            got = store.chunk_vectors(missing)
-            cands.vectors.update({c: got.get(c) for c in missing})
+        _read_vectors(store, cands, seen)
+        if not dates:  # no decay above: the dates of these hits' documents only
+            dates = fresh_stage.document_dates(store, {rows[c]["doc_id"] for c, _ in seen}, fresh.date_fields)
         view = {c: {**rows[c], **redacted.get(c, {})} for c, _ in seen}  # facts of the texts as shown
         seen, conflicts, found = fresh_stage.conflicts(seen, view, cands.vectors, dates, fresh)
         window = seen + window[len(seen):]
@@ -529,6 +525,15 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
         explanation=explanation, context=context, method=method, filters=sc.filters, trace=trace,
         signals=sig, conflicts=conflicts,
     )
+
+
+def _read_vectors(store, cands: Candidates, items) -> None:
+    """The chunk vectors of ``items`` ((chunk id, score)) into ``cands.vectors``, those it lacks
+    read once from the store (postprocess.diversity's MMR, postprocess.freshness's conflicts)."""
+    missing = [c for c, _ in items if c not in cands.vectors]
+    if missing:
+        got = store.chunk_vectors(missing)
+        cands.vectors.update({c: got.get(c) for c in missing})
 
 
 def _tokens(store, cands: Candidates, rows: dict, chunk_id: str) -> frozenset:
