@@ -169,6 +169,7 @@ def _render(ans, mode: str) -> None:
     out.print(line, highlight=False)
     rank = {h.chunk_id: h.rank for h in ans.hits}
     for c in ans.conflicts or ():  # postprocess.freshness
-        sides = [f"#{rank[c[k]]} {c[k + '_doc']}" + (f" ({c[k + '_date']})" if c[k + "_date"] else "") for k in ("newer", "older")]
-        out.print(visible(f"sources differ: {sides[0]} vs {sides[1]}: " + "; ".join(f"{a} / {b}" for a, b in c["differ"])),
-                  style="yellow", highlight=False, markup=False)
+        from ..query.context import conflict_text
+
+        out.print(visible("sources differ: " + conflict_text(c, rank, "#{}")), style="yellow", highlight=False,
+                  markup=False)

@@ -62,14 +62,16 @@ def differ_lines(conflicts: list[dict], hits: list) -> str:
     """``Sources differ: [1] a.md (2024-10-02) vs [3] b.md (2023-05-10): 90 days / 30 days.`` per
     conflict (postprocess.freshness), numbered as the block numbers the hits; '' without any."""
     n = {h.chunk_id: i for i, h in enumerate(hits, start=1)}
-    lines = []
-    for c in conflicts:
-        if c["newer"] in n and c["older"] in n:
-            side = [f"[{n[c[k]]}] {c[k + '_doc']}" + (f" ({c[k + '_date']})" if c[k + "_date"] else "")
-                    for k in ("newer", "older")]
-            what = "; ".join(f"{a} / {b}" for a, b in c["differ"])
-            lines.append(f"Sources differ: {side[0]} vs {side[1]}: {what}.\n")
+    lines = [f"Sources differ: {conflict_text(c, n)}.\n" for c in conflicts if c["newer"] in n and c["older"] in n]
     return "".join(lines) + ("\n" if lines else "")
+
+
+def conflict_text(c: dict, number: dict, mark: str = "[{}]") -> str:
+    """``[1] a.md (2024-10-02) vs [3] b.md (2023-05-10): 90 days / 30 days`` for one conflict,
+    ``number``: chunk id -> the number its source is shown under (``mark`` formats it)."""
+    side = [mark.format(number[c[k]]) + f" {c[k + '_doc']}" + (f" ({c[k + '_date']})" if c[k + "_date"] else "")
+            for k in ("newer", "older")]
+    return f"{side[0]} vs {side[1]}: " + "; ".join(f"{a} / {b}" for a, b in c["differ"])
 
 
 def build_context(hits: list, decision: str, cfg, count_tokens, conflicts: list | None = None) -> tuple[str, list[str]]:
