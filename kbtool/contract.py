@@ -745,12 +745,18 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
     contract = validate_contract(data, where)
     sens = contract.postprocess.sensitive
     if sens.lexicon:  # relative to the contract's folder (made absolute: copies keep it); read and checked now
-        written = Path(sens.lexicon).expanduser()
-        base = source.resolve().parent if source is not None else Path.cwd()
-        rules = sens.rules(base)
-        sens._written, sens.lexicon = sens.lexicon, str(written if written.is_absolute() else base / written)
+        rules = sens.rules(source.resolve().parent if source is not None else Path.cwd())
+        sens._written, sens.lexicon = sens.lexicon, lexicon_path(sens.lexicon, source)
         sens._rules = rules
     return contract
+
+
+def lexicon_path(name: str, source: Optional[Path]) -> str:
+    """postprocess.sensitive.lexicon as an absolute path: relative to the folder of the contract
+    file ``source`` (None: the current folder)."""
+    written = Path(name).expanduser()
+    base = source.resolve().parent if source is not None else Path.cwd()
+    return str(written if written.is_absolute() else base / written)
 
 
 MAX_CONTRACT_BYTES = 2**20  # 1 MB

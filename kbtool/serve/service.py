@@ -211,7 +211,7 @@ class Service:
         a file that is no YAML mapping names none."""
         import yaml
 
-        from ..contract import apply_override
+        from ..contract import apply_override, lexicon_path
 
         try:
             data = yaml.safe_load(self.contract_path.read_text(encoding="utf-8")) if self.contract_path else {}
@@ -223,9 +223,7 @@ class Service:
             return None
         if not isinstance(name, str) or not name:
             return None
-        path = Path(name).expanduser()
-        base = self.contract_path.resolve().parent if self.contract_path is not None else Path.cwd()
-        return str(path if path.is_absolute() else base / path)
+        return lexicon_path(name, self.contract_path)
 
     @staticmethod
     def _stamp_of(path: Path | None):
