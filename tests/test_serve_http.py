@@ -195,7 +195,7 @@ class Stub:
     max_top_k, overrides, contract_error, swaps = 50, [], None, 0
 
     def __init__(self, delay=0.0):
-        from kbtool.serve.service import Metrics
+        from kbtool.serve.metrics import Metrics
 
         self.metrics, self.delay, self.running, self.peak = Metrics(), delay, 0, 0
         self.lock = threading.Lock()

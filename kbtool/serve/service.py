@@ -3,68 +3,22 @@ shared by every request thread; the HTTP app (``serve/http.py``) and the MCP ser
 (``serve/mcp.py``) are thin layers over it, and answer through ``kbtool.query.pipeline.retrieve``
 like ``kbtool query``.
 
-Live state: before a request the service checks (at most every ``check_every`` seconds) whether
-another process changed the store (a new catalog generation or a finished index) or the contract
-file. A new contract is loaded and swapped in; a broken one is refused — the error is logged and
-shown by ``health()`` — and the old one keeps serving. A store change re-opens the vector indexes:
-Chroma keeps a process's HNSW index in memory, blind to another process's writes, so without it a
-server would miss new chunks. The swap waits for the requests in flight (a few milliseconds) and
-holds new ones back meanwhile: no request fails, none sees half a state.
+Live state (``reload.LiveState``): a re-ingested store or an edited contract is swapped in between
+requests, and each request answers from one generation of them.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import AccessError, InputError, UsageError
+from .metrics import Metrics
+from .reload import LiveState
 
-log = logging.getLogger("kbtool.serve")
 TEXT_TYPES = {"md", "markdown", "txt", "text", "csv", "html", "htm"}  # a cited span is read from the file
-
-
-class _Gate:
-    """Readers share; a swap waits for the readers in flight and holds new ones back."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._swapping = False
-
-    @contextmanager
-    def read(self):
-        with self._cond:
-            while self._swapping:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def swap(self):
-        with self._cond:
-            while self._swapping:
-                self._cond.wait()
-            self._swapping = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._swapping = False
-                self._cond.notify_all()
 
 
 class DocumentNotFound(InputError):
@@ -81,206 +35,18 @@ class Caller:
     name: str = "anonymous"  # for the trace and metrics
 
 
-@dataclass
-class Metrics:
-    """Counters for ``GET /metrics`` (Prometheus text)."""
-
-    requests: dict = field(default_factory=dict)  # (endpoint, status) -> n
-    decisions: dict = field(default_factory=dict)  # decision -> n
-    latency: dict = field(default_factory=dict)  # stage -> [count, sum seconds, buckets]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-    def count(self, endpoint: str, status: int) -> None:
-        with self.lock:
-            key = (endpoint, status)
-            self.requests[key] = self.requests.get(key, 0) + 1
-
-    def decided(self, decision: str) -> None:
-        with self.lock:
-            self.decisions[decision] = self.decisions.get(decision, 0) + 1
-
-    def observe(self, stage: str, seconds: float) -> None:
-        with self.lock:
-            rec = self.latency.setdefault(stage, [0, 0.0, [0] * len(self.BUCKETS)])
-            rec[0] += 1
-            rec[1] += seconds
-            for i, b in enumerate(self.BUCKETS):
-                if seconds <= b:
-                    rec[2][i] += 1
-
-    def text(self, extra: dict[str, float]) -> str:
-        lines = ["# HELP kbtool_requests_total Requests by endpoint and HTTP status.",
-                 "# TYPE kbtool_requests_total counter"]
-        with self.lock:
-            for (ep, st), n in sorted(self.requests.items()):
-                lines.append(f'kbtool_requests_total{{endpoint="{ep}",status="{st}"}} {n}')
-            lines += ["# HELP kbtool_decisions_total Answers by decision (answer, low_confidence, refuse).",
-                      "# TYPE kbtool_decisions_total counter"]
-            for d, n in sorted(self.decisions.items()):
-                lines.append(f'kbtool_decisions_total{{decision="{d}"}} {n}')
-            lines += ["# HELP kbtool_stage_seconds Time per stage of a request.",
-                      "# TYPE kbtool_stage_seconds histogram"]
-            for stage, (n, total, buckets) in sorted(self.latency.items()):
-                for b, c in zip(self.BUCKETS, buckets):
-                    lines.append(f'kbtool_stage_seconds_bucket{{stage="{stage}",le="{b}"}} {c}')
-                lines.append(f'kbtool_stage_seconds_bucket{{stage="{stage}",le="+Inf"}} {n}')
-                lines.append(f'kbtool_stage_seconds_sum{{stage="{stage}"}} {total:.6f}')
-                lines.append(f'kbtool_stage_seconds_count{{stage="{stage}"}} {n}')
-        for name, value in extra.items():
-            lines += [f"# TYPE kbtool_{name} gauge", f"kbtool_{name} {value}"]
-        return "\n".join(lines) + "\n"
-
-
-class Service:
-    """``Service(store_path, contract_path)``: warm state for a server. Thread-safe."""
+class Service(LiveState):
+    """``Service(store_path, contract_path)``: warm state for a server (``LiveState``) and the
+    requests it answers, counted in ``metrics``. Thread-safe."""
 
     def __init__(self, store_path: str | Path | None = None, contract_path: str | Path | None = None,
                  overrides: Sequence[str] = (), *, check_every: float = 0.5, max_top_k: int = 50):
-        from ..contract import find_contract
-        from ..store import Store
-
-        self.store = Store.open(store_path)
-        self.store.require_indexed()
-        self.contract_path = find_contract(contract_path)
-        self.overrides = list(overrides)
-        self.check_every = check_every
         self.max_top_k = max_top_k
         self.metrics = Metrics()
         self.started = time.time()
-        self.contract_error: str | None = None
-        self._gate = _Gate()
-        self._checked = 0.0
-        self._check_lock = threading.Lock()
-        self._contract_files = [self.contract_path]  # the contract, then the lexicon it names
-        stamp = self._contract_stamps()
-        self.contract, self.contract_version_loaded_at = self._load_contract(), time.time()
-        self._watch_contract_files(self.contract, stamp)
-        self._store_stamp = self._store_state()
-        self.embedder = self._load_embedder()
-        self.swaps = 0
         self.sources_changed: float | None = None  # set by --watch: when source files changed, not yet ingested
         self.watch_error: str | None = None
-        self._warm_up()
-
-    def _warm_up(self) -> None:
-        """One question through the whole pipeline before the first request: the tokenizers, the
-        BM25 index, the word lists and the model's first call are paid for here."""
-        from ..query.pipeline import retrieve
-
-        for q in ("warm up the retrieval pipeline", "预热检索"):
-            try:
-                retrieve(self.store, self.contract, q, embedder=self.embedder, top_k=1)
-            except Exception:  # e.g. a contract that requires a principal: the first request pays
-                break
-
-    # ---- loading -------------------------------------------------------------------------
-    def _load_contract(self):
-        from ..contract import load_contract
-
-        return load_contract(self.contract_path, self.overrides, search=False)
-
-    def _load_embedder(self):
-        from ..embed import load_embedder
-
-        embedder = load_embedder(self.store.embedding_spec())
-        embedder.embed_queries(["warm up"])  # the model's first call is slow: pay it before the first request
-        return embedder
-
-    def _contract_stamps(self) -> tuple:
-        return tuple(self._stamp_of(p) for p in self._contract_files)
-
-    def _watch_contract_files(self, contract, stamp: tuple | None) -> None:
-        """Watch the contract file and the lexicon ``contract`` names (``None``: a load failed; the
-        lexicon the file names now is watched too, so fixing the file it points to reloads):
-        editing either reloads the contract. ``stamp``: the stamps taken before that load (a file
-        edited while it loaded is then seen as changed)."""
-        files = [self.contract_path, *self._contract_files[1:2]]
-        lexicon = contract.postprocess.sensitive.lexicon if contract is not None else self._lexicon_named()
-        if lexicon:
-            files[1:] = [Path(lexicon)]
-        elif contract is not None:
-            files = files[:1]
-        if files != self._contract_files or stamp is None:
-            self._contract_files, stamp = files, self._contract_stamps()
-        self._contract_stamp = stamp
-
-    def _lexicon_named(self) -> str | None:
-        """The lexicon file the contract file (with --set overrides) names, absolute; best effort:
-        a file that is no YAML mapping names none."""
-        import yaml
-
-        from ..contract import apply_override, lexicon_path
-
-        try:
-            data = yaml.safe_load(self.contract_path.read_text(encoding="utf-8")) if self.contract_path else {}
-            data = data if isinstance(data, dict) else {}
-            for item in self.overrides:
-                apply_override(data, item)
-            name = ((data.get("postprocess") or {}).get("sensitive") or {}).get("lexicon")
-        except Exception:  # noqa: BLE001 - the load's own error is what the service reports
-            return None
-        if not isinstance(name, str) or not name:
-            return None
-        return lexicon_path(name, self.contract_path)
-
-    @staticmethod
-    def _stamp_of(path: Path | None):
-        if path is None:
-            return None
-        try:
-            st = os.stat(path)
-            return (st.st_mtime_ns, st.st_size)
-        except OSError:
-            return ("missing",)
-
-    def _store_state(self):
-        """What says another process changed the store: the catalog generation and the manifest."""
-        return (self.store.generation(), self._stamp_of(self.store.path / "manifest.json"),
-                self._stamp_of(self.store.path / "bm25" / "state.json"))
-
-    # ---- live state ----------------------------------------------------------------------
-    def _maybe_refresh(self) -> None:
-        now = time.monotonic()
-        if now - self._checked < self.check_every or not self._check_lock.acquire(blocking=False):
-            return
-        try:
-            self._checked = now
-            contract_stamp = self._contract_stamps()  # the contract file and its lexicon
-            if contract_stamp != self._contract_stamp:
-                self._contract_stamp = contract_stamp
-                try:
-                    new = self._load_contract()
-                except Exception as exc:  # a broken edit: keep serving the old contract, say so
-                    self.contract_error = str(exc)
-                    log.error("contract %s not reloaded, the previous one keeps serving: %s", self.contract_path, exc)
-                    self._watch_contract_files(None, contract_stamp)
-                else:
-                    with self._gate.swap():
-                        self.contract, self.contract_error = new, None
-                        self.contract_version_loaded_at = time.time()
-                    self._watch_contract_files(new, contract_stamp)
-                    log.info("contract %s reloaded (version %s)", self.contract_path, new.contract_version)
-            state = self._store_state()
-            if state != self._store_stamp:
-                with self._gate.swap():
-                    model = self.store.embedding_spec().cache_key
-                    self.store.reopen()
-                    if self.store.embedding_spec().cache_key != model:
-                        self.embedder = self._load_embedder()
-                    self._store_stamp = self._store_state()
-                    self.swaps += 1
-                log.info("store %s changed (generation %s): indexes re-opened", self.store.path, self.store.generation())
-        finally:
-            self._check_lock.release()
-
-    @contextmanager
-    def state(self):
-        """(store, contract, embedder) for one request, consistent for its whole length."""
-        self._maybe_refresh()
-        with self._gate.read():
-            yield self.store, self.contract, self.embedder
+        super().__init__(store_path, contract_path, overrides, check_every=check_every)
 
     # ---- requests ------------------------------------------------------------------------
     def retrieve(self, questions: str | list[str], *, caller: Caller | None = None, filters: Sequence[str] = (),
