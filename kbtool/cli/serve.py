@@ -33,6 +33,7 @@ def serve(
     import sys
 
     from ..errors import UsageError
+    from ..serve import LOOPBACK
     from ..serve.service import Caller, Service
 
     if mcp not in (None, "stdio", "http"):
@@ -44,7 +45,7 @@ def serve(
     if tokens is not None and mcp is not None:
         raise UsageError("--tokens is for the HTTP API: the MCP server answers as one caller, --principal NAME or "
                          "--allow TAG")
-    if host not in ("127.0.0.1", "localhost", "::1") and (mcp == "http" or (mcp is None and tokens is None)):
+    if host not in LOOPBACK and (mcp == "http" or (mcp is None and tokens is None)):
         # Serving the network with nobody asked who they are: said, not refused (a container's 0.0.0.0)
         err.print(f"warning: kbtool serve on {host} answers anyone who can reach it"
                   + (" (the MCP server has no authentication: put it behind a proxy that has)" if mcp

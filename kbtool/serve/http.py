@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import AccessError, ContractError, InputError, KbtoolError, ModelError, StoreError
+from . import LOOPBACK
 from .service import Caller, DocumentNotFound, Service
 
 log = logging.getLogger("kbtool.serve")
 
 MAX_BODY = 1_000_000
 MAX_BATCH = 100
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 class HttpError(Exception):
@@ -138,7 +138,7 @@ def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, def
     default_caller = default_caller or Caller()
     hosts = None
     if host in LOOPBACK or allowed_hosts:
-        hosts = set(allowed_hosts or []) | (LOOPBACK if host in LOOPBACK else {host})
+        hosts = set(allowed_hosts or []) | (set(LOOPBACK) if host in LOOPBACK else {host})
     slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     top = service.max_top_k
 

@@ -26,12 +26,12 @@ import json
 import sys
 from typing import Any
 
+from . import LOOPBACK
 from .service import Caller
 
 SNIPPET_CHARS = 400  # of each hit's text in the citations
 READ_DEFAULT_LINES = 400  # `read` without a range: the document's first lines, and says how many there are
 TYPE_TIERS = {"identifier", "cjk", "other"}  # detected question types: a tier of that name applies by itself
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 # ---- what the caller may see --------------------------------------------------------------------
@@ -259,8 +259,8 @@ def transport_security(host: str):
     """DNS-rebinding protection: Host and Origin must name this machine (and ``host``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    hosts = [f"[{name}]:*" if ":" in name else f"{name}:*" for name in LOOPBACK]
+    origins = [f"http://{h}" for h in hosts]
     names = []
     if host in ("0.0.0.0", "::", ""):  # every interface: this machine's names
         import socket
