@@ -92,7 +92,8 @@ def serve(
 def _serve_http(service, tokens, caller, host, port, max_concurrency, timeout, log_level) -> None:
     """uvicorn on a socket bound here (port 0: the system's pick, said in the ready line). Ctrl-C and
     SIGTERM stop it gracefully, and the command exits 0."""
-    from ..serve.http import create_app, listen, run_uvicorn
+    from ..serve.http import create_app
+    from ..serve.server import listen, run_uvicorn
     from ._common import err
 
     app = create_app(service, tokens, default_caller=caller, max_concurrency=max_concurrency, timeout=timeout, host=host)

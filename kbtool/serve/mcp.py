@@ -284,7 +284,7 @@ def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 
     import anyio
 
     from ..errors import UsageError
-    from .http import listen, run_uvicorn
+    from .server import listen, run_uvicorn
 
     if transport not in ("stdio", "http"):
         raise UsageError(f"MCP transport {transport!r}: use stdio or http")
