@@ -1,5 +1,11 @@
 """The HTTP face of a warm ``Service``: ``create_app(service)`` is a FastAPI app whose answers are the
-JSON of ``kbtool query --json``. FastAPI and pydantic are imported here only, when a server starts.
+JSON of ``kbtool query --json``. This module is imported only when a server starts (it imports
+FastAPI and pydantic).
+
+The routes are functions on one ``APIRouter``; each takes what it needs through ``Depends``: the
+service, the app's ``Settings`` (limits, tokens) and the request's ``Caller``. ``guard``, a
+middleware, checks every request first — unknown paths too — for its host, origin and token, and
+answers every failure as JSON.
 
 Access: ``tokens`` maps a bearer token to the ``Caller`` it stands for. With tokens, every ``/v1/*``
 request needs ``Authorization: Bearer TOKEN``; without, every request is ``default_caller``. A
@@ -11,15 +17,24 @@ Limits: a body over ``max_body`` bytes is 413; at most ``max_concurrency`` retri
 504. Errors are JSON ``{"error": {"type", "message"}}``, never a traceback.
 """
 
-# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime.
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at runtime.
 import asyncio
 import hmac
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Optional
+from urllib.parse import urlsplit
 
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from starlette.concurrency import run_in_threadpool
+
+from .. import __version__
 from ..errors import AccessError, ContractError, InputError, KbtoolError, ModelError, StoreError
+from ..query.preprocess import clean
 from . import LOOPBACK
 from .service import Caller, DocumentNotFound, Service
 
@@ -93,6 +108,174 @@ def load_tokens(path: str | Path, contract) -> dict[str, Caller]:
     return tokens
 
 
+# ---- request bodies -----------------------------------------------------------------------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _question(v: str) -> str:
+    if not clean(v):
+        raise ValueError("the question is empty")
+    return v
+
+
+class Question(_Body):
+    question: str = Field(max_length=10_000)
+    id: str | int | None = None
+    filters: list[str] = Field(default_factory=list, max_length=50)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    _q = field_validator("question")(_question)
+
+
+class RetrieveBody(_Body):
+    question: str = Field(max_length=10_000)
+    filters: list[str] = Field(default_factory=list, max_length=50)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    top_k: int | None = Field(None, ge=1)  # at most the service's max_top_k: see bodies()
+    mode: str = Field("contract", max_length=200)
+    context: bool = True
+    _q = field_validator("question")(_question)
+
+
+class BatchBody(_Body):
+    questions: list[Question] = Field(min_length=1)  # at most max_batch: see bodies()
+    top_k: int | None = Field(None, ge=1)
+    mode: str = Field("contract", max_length=200)
+    context: bool = True
+
+
+def bodies(max_top_k: int, max_batch: int) -> tuple[type[RetrieveBody], type[BatchBody]]:
+    """``RetrieveBody`` and ``BatchBody`` with one app's limits: ``top_k`` up to ``max_top_k``, a
+    batch of up to ``max_batch`` questions (a refusal names the limit, as pydantic words it)."""
+    top_k = (Optional[int], Field(None, ge=1, le=max_top_k))
+    questions = (list[Question], Field(min_length=1, max_length=max_batch))
+    return (create_model("RetrieveBody", __base__=RetrieveBody, top_k=top_k),
+            create_model("BatchBody", __base__=BatchBody, questions=questions, top_k=top_k))
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        msg = e.get("msg", "invalid").removeprefix("Value error, ")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown field (a request cannot set it)"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+async def read_body(request: Request, model: type[BaseModel], max_body: int):
+    """The request body as ``model``: 413 past max_body (declared or streamed), 400 for bad JSON,
+    422 for a body the model refuses."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body:
+        raise HttpError(413, "too_large", f"the body is over {max_body} bytes")
+    data = bytearray()
+    async for piece in request.stream():
+        data += piece
+        if len(data) > max_body:
+            raise HttpError(413, "too_large", f"the body is over {max_body} bytes")
+    try:
+        raw = json.loads(bytes(data))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, "invalid_json", f"the body is not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise HttpError(400, "invalid_json", "the body must be a JSON object")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise HttpError(422, "validation", _validation_message(exc)) from None
+
+
+# ---- what a route depends on --------------------------------------------------------------------
+@dataclass
+class Settings:
+    """What ``create_app`` was given, for the guard and the routes of one app (``app.state.settings``)."""
+
+    tokens: dict[str, Caller]
+    default_caller: Caller
+    hosts: set[str] | None  # the Host and Origin names served (None: any)
+    max_body: int
+    timeout: float
+    slots: asyncio.Semaphore | None  # one per retrieval running (None: no limit)
+    retrieve_body: type[RetrieveBody]
+    batch_body: type[BatchBody]
+
+
+# async: FastAPI would run a plain function in the thread pool, where retrievals may hold every thread
+async def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def get_caller(request: Request) -> Caller:
+    """Who asks: the caller ``guard`` found for the request's token, else the app's default caller."""
+    return getattr(request.state, "caller", None) or request.app.state.settings.default_caller
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+async def retrieve_body(request: Request, settings: SettingsDep) -> RetrieveBody:
+    return await read_body(request, settings.retrieve_body, settings.max_body)
+
+
+async def batch_body(request: Request, settings: SettingsDep) -> BatchBody:
+    return await read_body(request, settings.batch_body, settings.max_body)
+
+
+async def work(settings: Settings, fn: Callable[[], Any], limited: bool = True):
+    """Run blocking ``fn`` in the thread pool within a concurrency slot (``limited``) and the
+    timeout. A slot stays taken until its thread ends, even past a timeout: the limit is on
+    real work."""
+    slots, timeout = settings.slots, settings.timeout
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout else None
+    limited = limited and slots is not None
+    if limited:
+        try:
+            await asyncio.wait_for(slots.acquire(), None if deadline is None else max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            raise HttpError(504, "timeout", f"no answer within {timeout:g} s (the server is busy)") from None
+    task = asyncio.ensure_future(run_in_threadpool(fn))
+    if limited:
+        task.add_done_callback(lambda _: slots.release())
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), None if deadline is None else max(0.0, deadline - loop.time()))
+    except asyncio.TimeoutError:
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its late error is not "never retrieved"
+        raise HttpError(504, "timeout", f"no answer within {timeout:g} s") from None
+
+
+# ---- errors and the guard every request passes ---------------------------------------------------
+def error(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
+
+
+def error_of(exc: BaseException) -> JSONResponse:
+    if isinstance(exc, HttpError):
+        return error(exc.status, exc.type, str(exc), exc.headers)
+    if isinstance(exc, DocumentNotFound):
+        return error(404, "not_found", str(exc))
+    if isinstance(exc, AccessError):
+        return error(403, "access", str(exc))
+    if isinstance(exc, ContractError):
+        return error(400, "contract", str(exc))
+    if isinstance(exc, InputError):  # UsageError too
+        return error(400, "usage", str(exc))
+    if isinstance(exc, (StoreError, ModelError)):
+        return error(503, "store" if isinstance(exc, StoreError) else "model", str(exc))
+    if isinstance(exc, KbtoolError):
+        return error(500, "kbtool", str(exc))
+    log.exception("internal error")  # the traceback goes to the server's log, never to the client
+    return error(500, "internal", f"{type(exc).__name__}: the server failed; its log has the details")
+
+
 def _endpoint(path: str) -> str:
     """The metrics label of a path: a bounded set, whatever the path."""
     if path.startswith("/v1/documents/"):
@@ -110,256 +293,163 @@ def _host_of(header: str) -> str:
     return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
-def _validation_message(exc) -> str:
-    parts = []
-    for e in exc.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        msg = e.get("msg", "invalid").removeprefix("Value error, ")
-        if e.get("type") == "extra_forbidden":
-            msg = "unknown field (a request cannot set it)"
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)
+def check_host(request: Request, hosts: set[str] | None) -> None:
+    """403 unless the Host (and a browser's Origin) name this server: DNS rebinding protection."""
+    if hosts is None:
+        return
+    h = _host_of(request.headers.get("host", ""))
+    if h not in hosts:
+        raise HttpError(403, "host", f"host {h or '(none)'!r} is not served here (DNS rebinding protection)")
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and (urlsplit(origin).hostname or "") not in hosts:
+        raise HttpError(403, "origin", f"origin {origin!r} is not served here")
 
 
+def authenticate(request: Request, tokens: dict[str, Caller]) -> Caller | None:
+    """The caller the request's bearer token stands for (None: no tokens, or none matched); 401 for
+    ``/v1/*`` and ``/metrics`` without a valid token."""
+    if not tokens:
+        return None
+    got = request.headers.get("authorization", "")
+    scheme, _, token = got.partition(" ")
+    match = None
+    if scheme.lower() == "bearer" and token:
+        for known, caller in tokens.items():  # compare with every token: the time says nothing
+            if hmac.compare_digest(known.encode(), token.strip().encode()):
+                match = caller
+    # /metrics too: request and decision counts and the store's generation are the operator's
+    if match is None and (request.url.path.startswith("/v1/") or request.url.path == "/metrics"):
+        raise HttpError(401, "unauthorized", "this server needs Authorization: Bearer TOKEN"
+                        if not got else "the bearer token is not valid", headers={"WWW-Authenticate": "Bearer"})
+    return match
+
+
+async def guard(request: Request, call_next):
+    """Every request, a route's or not: host and origin checked, the caller found from the token,
+    every failure a JSON answer, the answer counted. A middleware, not a router dependency: it
+    must cover the paths no route matches (a 404 or 405 must not bypass it)."""
+    service, settings = request.app.state.service, request.app.state.settings
+    endpoint = _endpoint(request.url.path)
+    try:
+        check_host(request, settings.hosts)
+        request.state.caller = authenticate(request, settings.tokens)
+        response = await call_next(request)
+    except BaseException as exc:  # noqa: BLE001 - every failure is a JSON answer
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
+            raise
+        response = error_of(exc)
+    service.metrics.count(endpoint, response.status_code)
+    return response
+
+
+async def not_found(request: Request, exc):
+    return error(404, "not_found", f"no endpoint {request.method} {request.url.path}")
+
+
+async def not_allowed(request: Request, exc):
+    return error(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
+
+
+# ---- the routes ---------------------------------------------------------------------------------
+router = APIRouter()
+
+
+def with_source(service: Service, answer, context: bool) -> dict:
+    d = answer.to_dict()
+    if not context:
+        d.pop("context", None)
+    # the contract that answered, not the one in force now (an edit may have been swapped in since)
+    d["contract"] = (getattr(answer, "trace", None) or {}).get("contract_source") or service.contract_source()
+    return d
+
+
+@router.post("/v1/retrieve")
+async def retrieve(body: Annotated[RetrieveBody, Depends(retrieve_body)], service: ServiceDep,
+                   settings: SettingsDep, caller: CallerDep):
+    answer = await work(settings, lambda: service.retrieve(body.question, caller=caller, filters=body.filters,
+                                                           tags=body.tags, top_k=body.top_k, mode=body.mode))
+    return JSONResponse({**with_source(service, answer, body.context), "index": service.freshness(caller)})
+
+
+def _answer_batch(service: Service, body: BatchBody, caller: Caller) -> list:
+    """The batch's answers in its order; questions with the same filters and tags are retrieved together."""
+    groups: dict[tuple, list[int]] = {}
+    for i, q in enumerate(body.questions):
+        groups.setdefault((tuple(q.filters), tuple(q.tags)), []).append(i)
+    answers: list = [None] * len(body.questions)
+    for (filters, qtags), idx in groups.items():
+        got = service.retrieve([body.questions[i].question for i in idx], caller=caller, filters=filters,
+                               tags=qtags, top_k=body.top_k, mode=body.mode)
+        for i, a in zip(idx, got):
+            answers[i] = a
+    return answers
+
+
+@router.post("/v1/retrieve/batch")
+async def retrieve_batch(body: Annotated[BatchBody, Depends(batch_body)], service: ServiceDep,
+                         settings: SettingsDep, caller: CallerDep):
+    answers = await work(settings, lambda: _answer_batch(service, body, caller))
+    out = []
+    for q, a in zip(body.questions, answers):
+        out.append({**({"id": q.id} if q.id is not None else {}), **with_source(service, a, body.context)})
+    return JSONResponse({"answers": out, "index": service.freshness(caller)})
+
+
+@router.get("/v1/documents/{doc_id:path}")
+async def document(doc_id: str, service: ServiceDep, settings: SettingsDep, caller: CallerDep,
+                   lines: str | None = None):
+    return JSONResponse(await work(settings, lambda: service.document_span(doc_id, lines, caller=caller)))
+
+
+@router.get("/v1/contract")
+async def contract(service: ServiceDep, caller: CallerDep):
+    c = service.contract
+    return JSONResponse({**service.contract_source(c), "overrides": service.overrides,
+                         "error": service.contract_error, "contract": service.contract_view(caller, c)})
+
+
+def _health_of(service: Service, caller: Caller) -> dict:
+    try:  # the counts the caller may read, never the whole store's
+        return service.health(caller)
+    except AccessError:  # the contract requires a principal and none is given: alive or not
+        return {"status": service.health()["status"]}
+
+
+@router.get("/healthz")
+async def healthz(request: Request, service: ServiceDep, settings: SettingsDep):
+    caller = request.state.caller if settings.tokens else settings.default_caller
+    if caller is None:  # no token: alive or not, nothing about the store
+        return JSONResponse({"status": (await work(settings, service.health, limited=False))["status"]})
+    health = await work(settings, lambda: _health_of(service, caller), limited=False)  # a probe answers while retrievals queue
+    return JSONResponse(health, status_code=200)
+
+
+@router.get("/metrics")
+async def metrics(service: ServiceDep):
+    extra = {"uptime_seconds": round(service.uptime(), 1), "store_generation": service.store.generation(),
+             "swaps_total": service.swaps}
+    return PlainTextResponse(service.metrics.text(extra), media_type="text/plain; version=0.0.4")
+
+
+# ---- the app ------------------------------------------------------------------------------------
 def create_app(service: Service, tokens: dict[str, Caller] | None = None, *, default_caller: Caller | None = None,
                max_body: int = MAX_BODY, max_concurrency: int = 8, timeout: float = 30.0, max_batch: int = MAX_BATCH,
-               host: str = "127.0.0.1", allowed_hosts: list[str] | None = None):
+               host: str = "127.0.0.1", allowed_hosts: list[str] | None = None) -> FastAPI:
     """The FastAPI app over ``service``. ``host`` is the address the server binds: on a loopback
     address only requests naming a loopback host (and, from a browser, a loopback origin) are
     served — a DNS-rebinding page cannot reach it. ``allowed_hosts`` widens that list."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, PlainTextResponse
-    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-    from starlette.concurrency import run_in_threadpool
-
-    from ..query.preprocess import clean
-
-    tokens = dict(tokens or {})
-    default_caller = default_caller or Caller()
     hosts = None
     if host in LOOPBACK or allowed_hosts:
         hosts = set(allowed_hosts or []) | (set(LOOPBACK) if host in LOOPBACK else {host})
-    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    top = service.max_top_k
-
-    class _Body(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-
-    def _question(v: str) -> str:
-        if not clean(v):
-            raise ValueError("the question is empty")
-        return v
-
-    class Question(_Body):
-        question: str = Field(max_length=10_000)
-        id: str | int | None = None
-        filters: list[str] = Field(default_factory=list, max_length=50)
-        tags: list[str] = Field(default_factory=list, max_length=50)
-        _q = field_validator("question")(_question)
-
-    class RetrieveBody(_Body):
-        question: str = Field(max_length=10_000)
-        filters: list[str] = Field(default_factory=list, max_length=50)
-        tags: list[str] = Field(default_factory=list, max_length=50)
-        top_k: int | None = Field(None, ge=1, le=top)
-        mode: str = Field("contract", max_length=200)
-        context: bool = True
-        _q = field_validator("question")(_question)
-
-    class BatchBody(_Body):
-        questions: list[Question] = Field(min_length=1, max_length=max_batch)
-        top_k: int | None = Field(None, ge=1, le=top)
-        mode: str = Field("contract", max_length=200)
-        context: bool = True
-
-    from .. import __version__
-
     app = FastAPI(title="kbtool", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
-
-    def error(status: int, type_: str, message: str, headers: dict | None = None):
-        return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
-
-    def error_of(exc: BaseException):
-        if isinstance(exc, HttpError):
-            return error(exc.status, exc.type, str(exc), exc.headers)
-        if isinstance(exc, DocumentNotFound):
-            return error(404, "not_found", str(exc))
-        if isinstance(exc, AccessError):
-            return error(403, "access", str(exc))
-        if isinstance(exc, ContractError):
-            return error(400, "contract", str(exc))
-        if isinstance(exc, InputError):  # UsageError too
-            return error(400, "usage", str(exc))
-        if isinstance(exc, (StoreError, ModelError)):
-            return error(503, "store" if isinstance(exc, StoreError) else "model", str(exc))
-        if isinstance(exc, KbtoolError):
-            return error(500, "kbtool", str(exc))
-        log.exception("internal error")  # the traceback goes to the server's log, never to the client
-        return error(500, "internal", f"{type(exc).__name__}: the server failed; its log has the details")
-
-    async def body_of(request: Request, model):
-        """The request body as ``model``: 413 past max_body (declared or streamed), 400 for bad JSON,
-        422 for a body the model refuses."""
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise HttpError(413, "too_large", f"the body is over {max_body} bytes")
-        data = bytearray()
-        async for piece in request.stream():
-            data += piece
-            if len(data) > max_body:
-                raise HttpError(413, "too_large", f"the body is over {max_body} bytes")
-        try:
-            raw = json.loads(bytes(data))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HttpError(400, "invalid_json", f"the body is not valid JSON ({exc})") from None
-        if not isinstance(raw, dict):
-            raise HttpError(400, "invalid_json", "the body must be a JSON object")
-        try:
-            return model.model_validate(raw)
-        except ValidationError as exc:
-            raise HttpError(422, "validation", _validation_message(exc)) from None
-
-    async def work(fn: Callable[[], Any], limited: bool = True):
-        """Run blocking ``fn`` in the thread pool within a concurrency slot (``limited``) and the
-        timeout. A slot stays taken until its thread ends, even past a timeout: the limit is on
-        real work."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout if timeout else None
-        limited = limited and slots is not None
-        if limited:
-            try:
-                await asyncio.wait_for(slots.acquire(), None if deadline is None else max(0.0, deadline - loop.time()))
-            except asyncio.TimeoutError:
-                raise HttpError(504, "timeout", f"no answer within {timeout:g} s (the server is busy)") from None
-        task = asyncio.ensure_future(run_in_threadpool(fn))
-        if limited:
-            task.add_done_callback(lambda _: slots.release())
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), None if deadline is None else max(0.0, deadline - loop.time()))
-        except asyncio.TimeoutError:
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its late error is not "never retrieved"
-            raise HttpError(504, "timeout", f"no answer within {timeout:g} s") from None
-
-    def caller_of(request: Request) -> Caller:
-        return getattr(request.state, "caller", None) or default_caller
-
-    def with_source(answer, context: bool) -> dict:
-        d = answer.to_dict()
-        if not context:
-            d.pop("context", None)
-        # the contract that answered, not the one in force now (an edit may have been swapped in since)
-        d["contract"] = (getattr(answer, "trace", None) or {}).get("contract_source") or service.contract_source()
-        return d
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        endpoint = _endpoint(request.url.path)
-        try:
-            response = await _guarded(request, call_next)
-        except BaseException as exc:  # noqa: BLE001 - every failure is a JSON answer
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
-                raise
-            response = error_of(exc)
-        service.metrics.count(endpoint, response.status_code)
-        return response
-
-    async def _guarded(request: Request, call_next):
-        if hosts is not None:
-            h = _host_of(request.headers.get("host", ""))
-            if h not in hosts:
-                raise HttpError(403, "host", f"host {h or '(none)'!r} is not served here (DNS rebinding protection)")
-            origin = request.headers.get("origin")
-            if origin and origin != "null":
-                from urllib.parse import urlsplit
-
-                if (urlsplit(origin).hostname or "") not in hosts:
-                    raise HttpError(403, "origin", f"origin {origin!r} is not served here")
-        request.state.caller = None
-        if tokens:
-            got = request.headers.get("authorization", "")
-            scheme, _, token = got.partition(" ")
-            match = None
-            if scheme.lower() == "bearer" and token:
-                for known, caller in tokens.items():  # compare with every token: the time says nothing
-                    if hmac.compare_digest(known.encode(), token.strip().encode()):
-                        match = caller
-            request.state.caller = match
-            # /metrics too: request and decision counts and the store's generation are the operator's
-            if match is None and (request.url.path.startswith("/v1/") or request.url.path == "/metrics"):
-                raise HttpError(401, "unauthorized", "this server needs Authorization: Bearer TOKEN"
-                                if not got else "the bearer token is not valid",
-                                headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
-
-    @app.exception_handler(404)
-    async def not_found(request: Request, exc):
-        return error(404, "not_found", f"no endpoint {request.method} {request.url.path}")
-
-    @app.exception_handler(405)
-    async def not_allowed(request: Request, exc):
-        return error(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
-
-    @app.post("/v1/retrieve")
-    async def retrieve(request: Request):
-        body = await body_of(request, RetrieveBody)
-        caller = caller_of(request)
-        answer = await work(lambda: service.retrieve(body.question, caller=caller, filters=body.filters,
-                                                     tags=body.tags, top_k=body.top_k, mode=body.mode))
-        return JSONResponse({**with_source(answer, body.context), "index": service.freshness(caller)})
-
-    @app.post("/v1/retrieve/batch")
-    async def retrieve_batch(request: Request):
-        body = await body_of(request, BatchBody)
-        caller = caller_of(request)
-
-        def run():
-            groups: dict[tuple, list[int]] = {}  # questions with the same filters and tags go together
-            for i, q in enumerate(body.questions):
-                groups.setdefault((tuple(q.filters), tuple(q.tags)), []).append(i)
-            answers: list = [None] * len(body.questions)
-            for (filters, qtags), idx in groups.items():
-                got = service.retrieve([body.questions[i].question for i in idx], caller=caller, filters=filters,
-                                       tags=qtags, top_k=body.top_k, mode=body.mode)
-                for i, a in zip(idx, got):
-                    answers[i] = a
-            return answers
-
-        answers = await work(run)
-        out = []
-        for q, a in zip(body.questions, answers):
-            out.append({**({"id": q.id} if q.id is not None else {}), **with_source(a, body.context)})
-        return JSONResponse({"answers": out, "index": service.freshness(caller)})
-
-    @app.get("/v1/documents/{doc_id:path}")
-    async def document(request: Request, doc_id: str, lines: str | None = None):
-        caller = caller_of(request)
-        return JSONResponse(await work(lambda: service.document_span(doc_id, lines, caller=caller)))
-
-    @app.get("/v1/contract")
-    async def contract(request: Request):
-        c = service.contract
-        return JSONResponse({**service.contract_source(c), "overrides": service.overrides,
-                             "error": service.contract_error, "contract": service.contract_view(caller_of(request), c)})
-
-    @app.get("/healthz")
-    async def healthz(request: Request):
-        caller = request.state.caller if tokens else default_caller
-        if caller is None:  # no token: alive or not, nothing about the store
-            return JSONResponse({"status": (await work(service.health, limited=False))["status"]})
-
-        def health():
-            try:  # the counts the caller may read, never the whole store's
-                return service.health(caller)
-            except AccessError:  # the contract requires a principal and none is given: alive or not
-                return {"status": service.health()["status"]}
-
-        health = await work(health, limited=False)  # a probe answers while retrievals queue
-        return JSONResponse(health, status_code=200)
-
-    @app.get("/metrics")
-    async def metrics():
-        extra = {"uptime_seconds": round(service.uptime(), 1), "store_generation": service.store.generation(),
-                 "swaps_total": service.swaps}
-        return PlainTextResponse(service.metrics.text(extra), media_type="text/plain; version=0.0.4")
-
+    retrieve_body, batch_body = bodies(service.max_top_k, max_batch)
+    app.state.service = service
+    app.state.settings = Settings(tokens=dict(tokens or {}), default_caller=default_caller or Caller(), hosts=hosts,
+                                  max_body=max_body, timeout=timeout,
+                                  slots=asyncio.Semaphore(max_concurrency) if max_concurrency else None,
+                                  retrieve_body=retrieve_body, batch_body=batch_body)
+    app.middleware("http")(guard)
+    app.add_exception_handler(404, not_found)
+    app.add_exception_handler(405, not_allowed)
+    app.include_router(router)
     return app
