@@ -152,11 +152,38 @@ def numbered(span: dict) -> str:
     return head + (f" ({'; '.join(notes)})" if notes else "") + "\n" + body
 
 
+def _search_signature(described: str, tiers: list[str], max_k: int) -> inspect.Signature:
+    """The signature of the ``search`` tool (the SDK builds its input schema from it): the filter keys
+    ``described``, the contract's tiers as the tags a question may carry, ``top_k`` in 1..max_k."""
+    from typing import Annotated, List, Literal, Optional
+
+    from mcp_types import CallToolResult
+    from pydantic import Field
+
+    P = inspect.Parameter
+    params = [
+        P("question", P.KEYWORD_ONLY, annotation=Annotated[str, Field(
+            min_length=1, description="The question, in natural language (any language the store holds).")]),
+        P("filters", P.KEYWORD_ONLY, default=[], annotation=Annotated[List[str], Field(
+            description="Restrict the search, each KEY=VALUE (all must match), as `kbtool query --filter`: "
+                        "e.g. filetype=md, dir=docs/** (a glob), doc_id=manual/*. Keys: " + described + ".")]),
+    ]
+    if tiers:
+        params.append(P("tags", P.KEYWORD_ONLY, default=[], annotation=Annotated[
+            List[Literal[tuple(tiers)]], Field(  # type: ignore[valid-type]
+                description="Question tags selecting a threshold tier of the contract (decide.tiers); "
+                            "identifier/cjk/other tiers also apply by themselves to such questions.")]))
+    params.append(P("top_k", P.KEYWORD_ONLY, default=None, annotation=Annotated[
+        Optional[Annotated[int, Field(ge=1, le=max_k)]], Field(
+            description=f"Hits returned, 1-{max_k} (default: the contract's retrieve.top_k).")]))
+    return inspect.Signature(params, return_annotation=CallToolResult)
+
+
 # ---- the server ---------------------------------------------------------------------------------
 def build_server(service, caller: Caller | None = None):
     """The MCP server (an ``mcp.server.mcpserver.MCPServer``) over ``service``, answering as
     ``caller`` (default: unrestricted, as ``kbtool query`` without --principal/--allow)."""
-    from typing import Annotated, List, Literal, Optional
+    from typing import Annotated, Optional
 
     from mcp.server.mcpserver import MCPServer
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -192,23 +219,7 @@ def build_server(service, caller: Caller | None = None):
         return CallToolResult(content=[TextContent(type="text", text=answer_text(payload))],
                               structured_content=payload)
 
-    P = inspect.Parameter
-    params = [
-        P("question", P.KEYWORD_ONLY, annotation=Annotated[str, Field(
-            min_length=1, description="The question, in natural language (any language the store holds).")]),
-        P("filters", P.KEYWORD_ONLY, default=[], annotation=Annotated[List[str], Field(
-            description="Restrict the search, each KEY=VALUE (all must match), as `kbtool query --filter`: "
-                        "e.g. filetype=md, dir=docs/** (a glob), doc_id=manual/*. Keys: " + described + ".")]),
-    ]
-    if tiers:
-        params.append(P("tags", P.KEYWORD_ONLY, default=[], annotation=Annotated[
-            List[Literal[tuple(tiers)]], Field(  # type: ignore[valid-type]
-                description="Question tags selecting a threshold tier of the contract (decide.tiers); "
-                            "identifier/cjk/other tiers also apply by themselves to such questions.")]))
-    params.append(P("top_k", P.KEYWORD_ONLY, default=None, annotation=Annotated[
-        Optional[Annotated[int, Field(ge=1, le=max_k)]], Field(
-            description=f"Hits returned, 1-{max_k} (default: the contract's retrieve.top_k).")]))
-    search.__signature__ = inspect.Signature(params, return_annotation=CallToolResult)
+    search.__signature__ = _search_signature(described, tiers, max_k)
     search.__annotations__ = {}
     server.add_tool(
         search, name="search", title="Search the knowledge base",
