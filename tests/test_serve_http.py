@@ -211,10 +211,13 @@ class Stub:
             raise RuntimeError("secret internals")
 
         class A:
-            def to_dict(self):
-                return {"question": question, "hits": [], "context": ""}
+            def __init__(self, q):
+                self.q = q
 
-        return A()
+            def to_dict(self):
+                return {"question": self.q, "hits": [], "context": ""}
+
+        return [A(q) for q in question] if isinstance(question, list) else A(question)
 
     def freshness(self, caller=None):
         return {"generation": 1}
@@ -250,6 +253,44 @@ def test_timeout_concurrency_and_internal_errors():
     r = c.post("/v1/retrieve/batch", json={"questions": [{"question": "q"}] * 101})
     assert r.status_code == 422 and "questions" in r.json()["error"]["message"]
     c.__exit__(None, None, None)
+
+
+def test_the_guard_covers_paths_no_route_matches():
+    """Host, origin and token are checked before routing: an unknown path or a wrong method under
+    /v1 is 401 without a token (not 404/405), and a foreign Host is 403 on any path."""
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.service import Caller
+
+    c = TestClient(create_app(Stub(), {SUPPORT: Caller(principal="support")}), base_url="http://127.0.0.1")
+    for method, path in [("GET", "/v1/nothing"), ("GET", "/v1/retrieve"), ("DELETE", "/v1/contract")]:
+        r = c.request(method, path)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (method, path)
+    auth = {"Authorization": f"Bearer {SUPPORT}"}
+    assert c.get("/v1/nothing", headers=auth).json()["error"]["type"] == "not_found"
+    assert c.get("/v1/retrieve", headers=auth).json()["error"]["type"] == "method_not_allowed"
+    r = c.get("/nothing", headers={"Host": "evil.example"})
+    assert r.status_code == 403 and r.json()["error"]["type"] == "host"
+
+
+def test_each_app_has_its_own_limits():
+    """The routes are shared by every app; top_k and batch limits are each app's own."""
+    from fastapi.testclient import TestClient
+
+    from kbtool.serve.http import create_app
+
+    small = Stub()
+    small.max_top_k = 5
+    narrow = TestClient(create_app(small, max_batch=2), base_url="http://127.0.0.1")
+    wide = TestClient(create_app(Stub()), base_url="http://127.0.0.1")
+    r = narrow.post("/v1/retrieve", json={"question": "q", "top_k": 6})
+    assert r.status_code == 422 and "less than or equal to 5" in r.json()["error"]["message"]
+    assert wide.post("/v1/retrieve", json={"question": "q", "top_k": 6}).status_code == 200
+    three = {"questions": [{"question": "q"}] * 3}
+    r = narrow.post("/v1/retrieve/batch", json=three)
+    assert r.status_code == 422 and "at most 2 items" in r.json()["error"]["message"]
+    assert wide.post("/v1/retrieve/batch", json=three).status_code == 200
 
 
 def test_tokens_file_is_checked_at_startup(tmp_path):
