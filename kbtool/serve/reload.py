@@ -131,38 +131,47 @@ class LiveState:
 
     # ---- live state ----------------------------------------------------------------------
     def _maybe_refresh(self) -> None:
+        """At most every ``check_every`` seconds, by one request thread (the others go on): an edited
+        contract (or lexicon) swapped in, a store another process changed re-opened."""
         now = time.monotonic()
         if now - self._checked < self.check_every or not self._check_lock.acquire(blocking=False):
             return
         try:
             self._checked = now
-            contract_stamp = self._contract_stamps()  # the contract file and its lexicon
-            if contract_stamp != self._contract_stamp:
-                self._contract_stamp = contract_stamp
-                try:
-                    new = self._load_contract()
-                except Exception as exc:  # a broken edit: keep serving the old contract, say so
-                    self.contract_error = str(exc)
-                    log.error("contract %s not reloaded, the previous one keeps serving: %s", self.contract_path, exc)
-                    self._watch_contract_files(None, contract_stamp)
-                else:
-                    with self._gate.swap():
-                        self.contract, self.contract_error = new, None
-                        self.contract_version_loaded_at = time.time()
-                    self._watch_contract_files(new, contract_stamp)
-                    log.info("contract %s reloaded (version %s)", self.contract_path, new.contract_version)
-            state = self._store_state()
-            if state != self._store_stamp:
-                with self._gate.swap():
-                    model = self.store.embedding_spec().cache_key
-                    self.store.reopen()
-                    if self.store.embedding_spec().cache_key != model:
-                        self.embedder = self._load_embedder()
-                    self._store_stamp = self._store_state()
-                    self.swaps += 1
-                log.info("store %s changed (generation %s): indexes re-opened", self.store.path, self.store.generation())
+            self._refresh_contract()
+            self._refresh_store()
         finally:
             self._check_lock.release()
+
+    def _refresh_contract(self) -> None:
+        contract_stamp = self._contract_stamps()  # the contract file and its lexicon
+        if contract_stamp == self._contract_stamp:
+            return
+        self._contract_stamp = contract_stamp
+        try:
+            new = self._load_contract()
+        except Exception as exc:  # a broken edit: keep serving the old contract, say so
+            self.contract_error = str(exc)
+            log.error("contract %s not reloaded, the previous one keeps serving: %s", self.contract_path, exc)
+            self._watch_contract_files(None, contract_stamp)
+        else:
+            with self._gate.swap():
+                self.contract, self.contract_error = new, None
+                self.contract_version_loaded_at = time.time()
+            self._watch_contract_files(new, contract_stamp)
+            log.info("contract %s reloaded (version %s)", self.contract_path, new.contract_version)
+
+    def _refresh_store(self) -> None:
+        if self._store_state() == self._store_stamp:
+            return
+        with self._gate.swap():
+            model = self.store.embedding_spec().cache_key
+            self.store.reopen()
+            if self.store.embedding_spec().cache_key != model:
+                self.embedder = self._load_embedder()
+            self._store_stamp = self._store_state()
+            self.swaps += 1
+        log.info("store %s changed (generation %s): indexes re-opened", self.store.path, self.store.generation())
 
     @contextmanager
     def state(self):
