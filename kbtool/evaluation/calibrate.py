@@ -238,7 +238,9 @@ class _Question:
 def gathered(store, qs, contract, *, k: int, level: str = "auto", embedder=None, principal=None, allow=None,
              progress=None) -> list[_Question]:
     """Every question's candidates (gathered once, as eval gathers them) and chunk rows."""
-    from ..query.pipeline import gather, scope, store_retrievers
+    from ..query.pipeline import gather
+    from ..query.routing import store_retrievers
+    from ..query.scope import scope
 
     questions = qs.questions
     depth = max(k, 100)  # chunks ranked per question, as eval's depth: documents collapse from them
@@ -260,7 +262,7 @@ class Search:
 
     def __init__(self, contract, items: list[_Question], objective: str, min_count: int, progress=None,
                  retrievers: tuple[str, ...] | None = None):
-        from ..query.pipeline import rule_applied, store_retrievers
+        from ..query.routing import rule_applied, store_retrievers
 
         if retrievers is None:
             retrievers = store_retrievers(items[0]._store) if items else TWO
@@ -477,7 +479,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
 def _current_fusion(contract, retrievers=TWO) -> dict:
     """The contract's fusion as a proposal: what an 'other' question gets, and each type's rule,
     normalised over the store's ``retrievers``."""
-    from ..query.pipeline import rule_applied
+    from ..query.routing import rule_applied
 
     f = contract.retrieve.fusion
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,

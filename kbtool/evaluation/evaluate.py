@@ -288,7 +288,9 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     filters, instead of ``contract``. ``progress(advance, total)``.
     """
     from ..contract import default_contract
-    from ..query.pipeline import answer, gather, gathered_for, scope
+    from ..query.pipeline import answer, gather
+    from ..query.routing import gathered_for
+    from ..query.scope import scope
     from ..query.retriever import contract_for_mode
 
     store.require_indexed()
@@ -351,7 +353,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
                 {f"distinct@{k}": distinct([h.doc_id for h in hits], k) for k in config.ks},
             )
         results.append(QuestionResult(q, level, modes))
-    from ..query.pipeline import access_tags
+    from ..access import access_tags
 
     restricted = access_tags(base, principal, allow) is not None
     return EvalReport(qs, config, results, _store_info(store, restricted), source=source, decided_by=decided_by)

@@ -10,273 +10,24 @@ and ``calibrate``, and what a Python user calls:
 
 from __future__ import annotations
 
-import json
 import math
 import time
-import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import AccessError, ContractError, InputError, UsageError
+from .answer_types import Answer, Hit
 from .candidates import Candidates, Gatherer
 from .context import url_for, build_context, citation
 from . import signals
-from .decide import answerability, confidence, decide, missing_terms, suggestions
-from ..filters import parse_filter
+from .decide import answerability, confidence, decide
+from .explain import explain_decision
 from .fusion import fuse
 from .postprocess import NearDuplicates
-from .preprocess import Processed, preprocess
-
-
-@dataclass
-class Hit:
-    rank: int
-    chunk_id: str
-    doc_id: str
-    title: str
-    section_path: str
-    page: int | None
-    filetype: str
-    char_start: int
-    char_end: int
-    text: str
-    score: float
-    confidence: float
-    dense_score: float | None = None
-    dense_rank: int | None = None
-    bm25_score: float | None = None
-    bm25_coverage: float | None = None
-    bm25_rank: int | None = None
-    # further dense retrievers (dense:NAME) -> cosine, for the retrievers the question ran
-    retriever_scores: dict | None = None
-    rerank_score: float | None = None  # postprocess.rerank's score of this hit (None: not reranked)
-    line_start: int | None = None
-    line_end: int | None = None
-    anchor: str | None = None
-    url: str = ""  # the page (and section) it is published at: its source's base URL, else context.base_url
-    citation: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class Answer:
-    """The one result object: hits with per-retriever scores, confidence, decision, explanation,
-    context block and trace."""
-
-    question: str
-    processed: Processed
-    weights: dict[str, float]
-    hits: list[Hit]
-    decision: str
-    confidence: float | None
-    tier: str
-    thresholds: dict[str, float]
-    explanation: dict
-    context: str
-    method: str
-    filters: list[str] = field(default_factory=list)
-    trace: dict = field(default_factory=dict)
-    signals: dict = field(default_factory=dict)  # answerability signals (query.signals), what decide saw
-    conflicts: list | None = None  # postprocess.freshness.prefer set: sources that differ (query.freshness)
-
-    def to_dict(self, with_trace: bool = False) -> dict:
-        out = {
-            "question": self.question, "processed": self.processed.to_dict(), "method": self.method,
-            "weights": self.weights, "decision": self.decision, "confidence": self.confidence,
-            "tier": self.tier, "thresholds": self.thresholds, "explanation": self.explanation,
-            "filters": self.filters, "signals": self.signals, "hits": [h.to_dict() for h in self.hits],
-            "context": self.context,
-        }
-        if self.conflicts is not None:  # only with the stage on: off, the JSON is what it was
-            out["conflicts"] = self.conflicts
-        if with_trace:
-            out["trace"] = self.trace
-        return out
-
-
-# ---- scope: filters and access --------------------------------------------------------------
-@dataclass
-class Scope:
-    """Which chunks a run may see: the contract's and the caller's filters, and access tags."""
-
-    filters: list[str]
-    allowed: set[str] | None  # chunk ids, None = every chunk
-    allowed_docs: list[str] | None
-    extra_dense: int = 0  # chunks of allowed documents the filters exclude
-    warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
-    visible: set[str] | None = None  # chunk ids access permits (None: every chunk): BM25 statistics count these only
-
-
-def access_tags(contract, principal: str | None, allow: Sequence[str] | None) -> set[str] | None:
-    """Tags a caller may read; None means unrestricted."""
-    acc = contract.access
-    if principal is None and not allow:
-        if acc.require_principal:
-            raise AccessError("the contract requires a principal (access.require_principal): pass principal= or allow= (CLI: --principal NAME or --allow TAG)")
-        return None
-    tags = set(allow or [])
-    if principal is not None:
-        if principal not in acc.principals:
-            known = ", ".join(sorted(acc.principals)) or "none defined"
-            raise AccessError(f"unknown principal {principal!r} (access.principals: {known})")
-        tags |= set(acc.principals[principal])
-    return tags
-
-
-def _visibility(contract, tags: set[str] | None) -> Callable[[dict], bool]:
-    """Whether a chunk's metadata is visible to a caller holding ``tags`` (None: everything)."""
-    key, untagged_visible = contract.access.key, contract.access.untagged == "visible"
-
-    def visible(meta: dict) -> bool:
-        if tags is None:
-            return True
-        have = {t.strip() for t in str(meta.get(key, "")).split(",") if t.strip()}
-        return bool(have & tags) if have else untagged_visible
-
-    return visible
-
-
-def visible_documents(store, contract, principal: str | None = None,
-                      allow: Sequence[str] | None = None) -> set[str] | None:
-    """The documents a caller may see (None: every document). Access only, no filters: what lint,
-    counts and fingerprints may speak of. A document without chunks is invisible to a restricted
-    caller (its access tags live on its chunks)."""
-    tags = access_tags(contract, principal, allow)
-    if tags is None:
-        return None
-    visible = _visibility(contract, tags)
-    return {doc_id for _, doc_id, meta in store.chunk_metadata() if visible(meta)}
-
-
-# Status fields that describe every document, whoever may read it: a restricted caller gets None.
-_WHOLE_STORE = ("documents_by_type", "chunk_tokens_avg", "chunk_tokens_max", "chunks_over_model_limit",
-                "disk_bytes", "last_ingest")
-
-
-def restricted_status(store, contract, principal: str | None = None, allow: Sequence[str] | None = None) -> dict:
-    """``store.status()`` as a caller may see it: unrestricted, all of it; restricted (or required
-    to be, ``access.require_principal``), documents and chunks it may read, ``access`` its tags,
-    and None for what describes the whole store (types, token sizes, disk use, last ingest)."""
-    tags = access_tags(contract, principal, allow)
-    info = store.status()
-    if tags is None:
-        return info
-    docs = visible_documents(store, contract, principal, allow) or set()
-    info.update({k: None for k in _WHOLE_STORE})
-    info.update(documents=len(docs), chunks=sum(1 for _, d, _ in store.chunk_metadata() if d in docs),
-                access=sorted(tags))
-    return info
-
-
-def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
-          allow: Sequence[str] | None = None) -> Scope:
-    specs = list(contract.retrieve.filters) + list(filters or [])
-    try:
-        parsed = [parse_filter(s) for s in specs]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    fields = contract.data.metadata
-    tags = access_tags(contract, principal, allow)
-    visible = _visibility(contract, tags)
-    if not parsed:
-        known = set()
-    elif tags is None:
-        known = store.metadata_keys() | set(fields)
-    else:  # a restricted caller learns no metadata key only forbidden documents carry
-        known = set(fields) | {k for _, _, meta in store.chunk_metadata() if visible(meta) for k in meta}
-        known.discard("index_hash")
-    for f in parsed:
-        if f.key not in known:
-            raise InputError(f"unknown filter key {f.key!r}: known keys are {', '.join(sorted(known))}")
-        if f.key in fields and not fields[f.key].filterable:
-            raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
-    if not parsed and tags is None:
-        return Scope(specs, None, None)
-    # Once per catalog generation and (filters, caller, access settings, field types): a server's
-    # callers and an eval's questions share it, and the filtered dense search holds vectors by it.
-    key = ("scope", tuple(specs), None if tags is None else frozenset(tags), contract.access.key,
-           contract.access.untagged, json.dumps({k: v.model_dump(mode="json") for k, v in fields.items()}, sort_keys=True))
-    return store.memo(key, lambda: _scope(store, specs, parsed, fields, visible, tags))
-
-
-def _scope(store, specs, parsed, fields, visible, tags) -> Scope:
-    allowed, docs, seen_chunks = set(), set(), set()
-    doc_chunks: dict[str, int] = {}
-    hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
-    for doc_id, meta, ids in store.metadata_groups():  # chunks of one document with one metadata
-        doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + len(ids)
-        if not visible(meta):
-            continue
-        seen_chunks.update(ids)
-        ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
-        for i, matched in enumerate(ok):
-            hit_by[i] += matched * len(ids)
-        if all(ok):
-            allowed.update(ids)
-            docs.add(doc_id)
-    warnings = []
-    for f, n in zip(parsed, hit_by):
-        if n == 0:  # rare: the values the key has, among the chunks this caller may see
-            seen: dict[str, int] = {}
-            for _, meta, ids in store.metadata_groups():
-                if visible(meta) and f.key in meta:
-                    seen[str(meta[f.key])] = seen.get(str(meta[f.key]), 0) + len(ids)
-            warnings.append(_no_match(f, seen))
-    # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
-    # are dropped after the search, so the dense search must look that much deeper.
-    extra = sum(doc_chunks[d] for d in docs) - len(allowed)
-    return Scope(specs, allowed, sorted(docs), extra, warnings, None if tags is None else seen_chunks)
-
-
-def _no_match(f, seen: dict[str, int]) -> str:
-    """'filter lang=fr matches no document; lang has: 'en', 'zh'' (closest values first)."""
-    import difflib
-
-    wanted = f.values[0] if f.values else ""
-    close = difflib.get_close_matches(wanted, list(seen), n=5, cutoff=0.0) if wanted else []
-    close += [v for v, _ in sorted(seen.items(), key=lambda kv: -kv[1]) if v not in close]
-    shown = ", ".join(repr(v) for v in close[:5])
-    return (f"filter {f} matches no document; {f.key} has: {shown}" if shown
-            else f"filter {f} matches no document; no document has a {f.key!r} value")
-
-
-# ---- the pipeline ---------------------------------------------------------------------------
-# The signals (query.signals) each kind of retriever's candidates give a value; without it they
-# read 0 ("dense" stands for every dense retriever: the signals read the question's main one).
-SIGNALS_OF = {"dense": {"cosine", "dense_margin", "agreement"},
-              "bm25": {"coverage", "absent_kb", "absent_top", "bm25_margin", "terms", "agreement"}}
-
-
-def needed_retrievers(contract, store=None, types: set[str] | None = None, available=None) -> tuple[str, ...]:
-    """The retrievers a query runs (for a question of detected ``types``; None: any question): those
-    its fusion weighs, and for a dense mode BM25 too when the contract's model weighs its signals
-    (local statistics, no model call). The BM25 mode never runs a dense retriever — BM25 answers
-    without an embedding model — and decides on its own signals: ``answer`` reads the dense ones as 0
-    whatever was gathered, as eval and calibrate do. Without ``store``: of ``dense`` and ``bm25``."""
-    if available is None:  # ``available``: the store's retrievers, when the caller has them already
-        available = store_retrievers(store) if store is not None else ("dense", "bm25")
-    method = contract.retrieve.fusion.method
-    if method in ("weighted", "rrf"):
-        groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "other")]
-        used = {r for g in groups for r in contract.retriever_weights(g, available)}
-        if store is None or store.has_bm25():
-            used.add("bm25")  # the signals of every question read BM25 (no model call)
-        return tuple(r for r in available if r in used or (r == "bm25" and store is None))
-    if method == "bm25":
-        return ("bm25",)
-    model = contract.decide.model
-    used = {f for f, c in model.coefficients.items() if c} if model is not None else set()
-    return tuple(r for r in available if r == method or (r == "bm25" and used & SIGNALS_OF["bm25"]))
-
-
-def gathered_for(store, contracts) -> tuple[str, ...]:
-    """The retrievers to gather for every question so that each contract's questions see what a
-    query would (``answer`` fuses each over the retrievers it weighs): the union of what each runs."""
-    used = {r for c in contracts for r in needed_retrievers(c, store)}
-    return tuple(r for r in store_retrievers(store) if r in used)
+from .preprocess import preprocess
+from .routing import SIGNALS_OF, needed_retrievers, store_retrievers
+from .scope import Scope, scope
+from .trace import top_list, write_trace
 
 
 def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=None, depth: int | None = None,
@@ -468,7 +219,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     if model is not None:
         top = answerability(sig, model)
     decision = decide(top, th)
-    explanation = _explain(store, cands, best_hit, decision, th, sc, explain, value=top,
+    explanation = explain_decision(store, cands, best_hit, decision, th, sc, explain, value=top,
                            name="confidence" if model is None else "P(answerable)")
     if sc.warnings:
         explanation["filter_warnings"] = list(sc.warnings)
@@ -501,7 +252,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
             context = refused[0].message.rstrip("\n") + "\n"
     t_post = time.perf_counter() - t0
     trace = {} if not with_trace else {
-        "candidates": {r: _top_list(cands, r) for r in ("dense", "bm25", *extra) if r in cands.ranks or r in ("dense", "bm25")},
+        "candidates": {r: top_list(cands, r) for r in ("dense", "bm25", *extra) if r in cands.ranks or r in ("dense", "bm25")},
         "fused": [[c, round(s, 6)] for c, s in fused[:20]],
         "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in dropped)],
         **({"rerank": reranked} if reranked else {}),
@@ -547,69 +298,7 @@ def _tokens(store, cands: Candidates, rows: dict, chunk_id: str) -> frozenset:
     return got
 
 
-def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:
-    """For each question's detected types, which rule fuses it: the ``when`` of the rule
-    ``Contract.rule_for`` picks (the one choice ``weights_for`` also makes), or 'other'."""
-    return [getattr(contract.rule_for(set(types)), "when", "other") for types in types_of]
 
-
-def _top_list(cands: Candidates, which: str, n: int = 20) -> list:
-    ranks, scores = cands.ranks.get(which, {}), cands.score(which)
-    pos = {c: i for i, c in enumerate(cands.ids)}
-    return [[c, round(float(scores[pos[c]]), 6)] for c, _ in sorted(ranks.items(), key=lambda x: x[1])[:n]]
-
-
-def _explain(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None,
-             name: str = "confidence") -> dict:
-    """Why this decision: the value ``decide`` compared with the thresholds, and on a refusal or
-    low confidence, the question's terms no permitted chunk holds and the nearest miss, cited.
-
-    ``value`` is what ``decide`` compared with the thresholds (``Answer.confidence``: the
-    answerability probability when the contract has a model, else the best hit's confidence);
-    ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix). The message calls
-    the first ``name`` ("P(answerable)" with a model, else "confidence") and the second
-    "relevance"; every number in it is rounded by
-    ``decide.shown`` against the thresholds, as the query table rounds them."""
-    from .decide import never_mentions, shown, shown_threshold, word_embedder
-
-    if value is None and best is not None:
-        value = best.confidence
-    limits = (th.answer, th.low_confidence)
-    out: dict = {
-        "best": None if best is None else {"rank": best.rank, "doc_id": best.doc_id, "citation": best.citation,
-                                           "section_path": best.section_path, "confidence": best.confidence},
-    }
-    where = "" if best is None else best.citation or best.doc_id
-    if decision == "answer":
-        out["message"] = (f"{name} {shown(value, limits)} ≥ answer threshold {shown_threshold(th.answer)}"
-                          + (f"; best: {where}" if where else ""))
-        return out
-    missing = None
-    if explain and "bm25" in store_retrievers(store):
-        missing = missing_terms(store, cands.processed, cands.query_terms, sc.allowed)
-        out["missing_terms"] = missing
-        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters, word_embedder(store, cands.retrievers))
-    parts = []
-    if value is None:
-        parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))
-    elif decision == "refuse":
-        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}")
-    else:
-        parts.append(f"{name} {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
-                     f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
-    if missing:
-        parts.append(never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
-    if best is not None:
-        label = "nearest miss" if decision == "refuse" else "best match"
-        parts.append(f"{label}: {where} at relevance {shown(best.confidence, limits)}")
-    out["message"] = "; ".join(parts)
-    return out
-
-
-def store_retrievers(store) -> tuple[str, ...]:
-    """The retrievers of a store: ``dense``, ``bm25`` (once built), ``dense:NAME`` per added model."""
-    dense = store.dense_retrievers()
-    return (dense[0], *(["bm25"] if store.has_bm25() else []), *dense[1:])
 
 
 def _token_spans(store):
@@ -654,25 +343,3 @@ def retrieve(store, contract=None, questions: str | Sequence[str] = (), *, filte
         write_trace(path, answers, contract, time.perf_counter() - t0, caller={"principal": principal, "allow": list(allow or [])})
     return answers[0] if single else answers
 
-
-def write_trace(path: str | Path, answers: list[Answer], contract, seconds: float, caller: dict | None = None) -> None:
-    """Append one JSONL record per question (with who asked: the principal and permission tags)."""
-    run_id = uuid.uuid4().hex[:12]
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            for a in answers:
-                rec = {
-                    "run_id": run_id, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "contract_version": contract.contract_version, **({"caller": caller} if caller else {}),
-                    "question": a.question,
-                    "processed": a.processed.to_dict(), "types": a.processed.types, "weights": a.weights,
-                    "method": a.method, "filters": a.filters, **a.trace,
-                    "hits": [[h.chunk_id, h.score, h.confidence] for h in a.hits],
-                    "decision": a.decision, "confidence": a.confidence, "tier": a.tier, "signals": a.signals,
-                    "total_ms": round(seconds * 1000 / max(1, len(answers)), 2),
-                }
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    except OSError as exc:
-        raise InputError(f"trace file {path}: cannot write ({exc.strerror})") from None

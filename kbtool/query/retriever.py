@@ -118,7 +118,9 @@ class Retriever:
     def run(self, queries: Sequence[str], modes: Sequence[str], top_k: int = 10, filters: dict | None = None,
             progress=None) -> dict[str, list[list]]:
         """Hits per mode per query; candidates are gathered once for all modes."""
-        from .pipeline import answer, gather, scope
+        from .pipeline import answer, gather
+        from .routing import gathered_for
+        from .scope import scope
 
         if top_k < 1:
             raise UsageError("top_k must be at least 1 (CLI: --top-k)")
@@ -126,8 +128,6 @@ class Retriever:
         contracts = {m: contract_for_mode(self.contract, m) for m in dict.fromkeys(modes)}
         base = self.contract
         sc = scope(self.store, base, specs)
-        from .pipeline import gathered_for
-
         needs = gathered_for(self.store, list(contracts.values()))
         cands = gather(self.store, base, list(queries), sc=sc, embedder=self.embedder, depth=top_k,
                        retrievers=needs, progress=progress)
