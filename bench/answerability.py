@@ -50,7 +50,8 @@ def signal_cost(store, contract, questions: list[str]) -> dict:
     question (warm: model and word lists loaded); beside it, ``answer()`` and ``gather`` alone."""
     import kbtool.query.candidates as candidates
     import kbtool.query.signals as signals
-    from kbtool.query.pipeline import answer, count_tokens_for, gather
+    from kbtool.query.pipeline import answer, gather
+    from kbtool.query.tokens import count_tokens_for
     from kbtool.query.scope import scope
 
     sc = scope(store, contract)

@@ -12,7 +12,8 @@ from kbtool.errors import AccessError
 from kbtool.evaluation.evaluate import EvalConfig, evaluate
 from kbtool.evaluation.questions import load_questions
 from kbtool.ingestion.pipeline import ingest
-from kbtool.query.pipeline import count_tokens_for, retrieve
+from kbtool.query.pipeline import retrieve
+from kbtool.query.tokens import count_tokens_for
 from kbtool.store import Store
 
 from .conftest import ROOT, public_and_restricted_store, write

@@ -42,3 +42,28 @@ def write_trace(path: str | Path, answers: list[Answer], contract, seconds: floa
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     except OSError as exc:
         raise InputError(f"trace file {path}: cannot write ({exc.strerror})") from None
+
+
+# Trace records in the order the trace has always listed them (stages run in ``stages.STAGES`` order).
+RECORDS = ("rerank", "diversity", "expand", "sensitive", "compress", "freshness")
+SHOWN = 20  # candidates listed per retriever, and fused candidates
+
+
+def ms(seconds: float) -> float:
+    """The one rounding of a time in ``timings_ms``."""
+    return round(seconds * 1000, 3)
+
+
+def answer_trace(st, seconds: float) -> dict:
+    """``Answer.trace`` of one question (``st``: its ``stages.AnswerState`` after every stage; ``seconds``:
+    the whole of ``answer()``): the candidates, the fused list, each stage's record and timings."""
+    cands = st.cands
+    return {
+        "candidates": {r: top_list(cands, r, SHOWN) for r in ("dense", "bm25", *st.extra)
+                       if r in cands.ranks or r in ("dense", "bm25")},
+        "fused": [[c, round(s, 6)] for c, s in st.fused[:SHOWN]],
+        "dedup_dropped": [[d[0][0], k[0]] for d, k in ((x, x[1]) for x in st.dropped)],
+        **{name: st.records[name] for name in RECORDS if name in st.records},
+        "timings_ms": {**cands.timings, "fuse_decide_ms": ms(seconds),
+                       **{f"{name}_ms": ms(t) for name, t in st.spent.items()}},
+    }
