@@ -11,15 +11,16 @@ and ``calibrate``, and what a Python user calls:
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .answer_types import Answer
 from .candidates import Candidates, Gatherer
 from .fusion import fuse
 from .postprocess import NearDuplicates
 from .preprocess import preprocess
-from .routing import needed_retrievers, store_retrievers
+from .routing import gathered_for, needed_retrievers, store_retrievers
 from .scope import Scope, scope
 from .stages import STAGES, AnswerState, Window, run
 from .tokens import count_tokens_for, token_spans
@@ -92,6 +93,48 @@ def _fused(contract, cands: Candidates, weights: dict[str, float]) -> list[tuple
                 method=fusion.method, normalization=fusion.normalization, rrf_k=fusion.rrf_k)
 
 
+@dataclass
+class Searcher:
+    """Scope → gather → answer over one store for one caller: the chain ``retrieve``, ``Retriever``,
+    ``evaluate``, calibrate and serve (through ``retrieve``) all run. ``scope`` is fixed (filters
+    and access, ``Searcher.of`` computes it); the contract answering may vary per call (a mode,
+    a calibrated setting) over candidates gathered once."""
+
+    store: Any
+    contract: Any
+    scope: Scope
+    embedder: Any = None
+
+    @classmethod
+    def of(cls, store, contract, filters: Sequence[str] = (), principal: str | None = None,
+           allow: Sequence[str] | None = None, embedder=None) -> "Searcher":
+        """The searcher of a caller: the contract's and ``filters``, the access of ``principal`` / ``allow``."""
+        return cls(store, contract, scope(store, contract, filters, principal, allow), embedder)
+
+    def gather(self, questions: Sequence[str], *, depth: int | None = None,
+               retrievers: tuple[str, ...] | None = None, progress=None) -> list[Candidates]:
+        return gather(self.store, self.contract, questions, sc=self.scope, embedder=self.embedder, depth=depth,
+                      retrievers=retrievers, progress=progress)
+
+    def answer(self, cands: Candidates, contract=None, **kw) -> Answer:
+        """``answer`` for these candidates under ``contract`` (None: the searcher's own)."""
+        return answer(self.store, contract or self.contract, cands, sc=self.scope, **kw)
+
+    def search(self, questions: Sequence[str], *, depth: int | None = None, progress=None, **kw) -> list[Answer]:
+        """Each question answered under the contract, gathering what each question runs."""
+        return [self.answer(c, **kw) for c in self.gather(questions, depth=depth, progress=progress)]
+
+    def compare(self, questions: Sequence[str], variants: dict, *, depth: int | None = None, progress=None,
+                tags: Sequence[Sequence[str]] | None = None, **kw) -> dict[str, list[Answer]]:
+        """Each question answered under each of ``variants`` ({name: contract}, e.g. modes over this
+        one), its candidates gathered once for what any variant runs. ``tags``: per question."""
+        cands = self.gather(questions, depth=depth, retrievers=gathered_for(self.store, list(variants.values())),
+                            progress=progress)
+        tags = tags if tags is not None else [()] * len(cands)
+        return {name: [self.answer(c, variant, tags=t, **kw) for c, t in zip(cands, tags)]
+                for name, variant in variants.items()}
+
+
 def retrieve(store, contract=None, questions: str | Sequence[str] = (), *, filters: Sequence[str] = (),
              principal: str | None = None, allow: Sequence[str] | None = None, tags: Sequence[str] = (),
              embedder=None, top_k: int | None = None, progress=None, trace_path: str | Path | None = None):
@@ -102,11 +145,10 @@ def retrieve(store, contract=None, questions: str | Sequence[str] = (), *, filte
     single = isinstance(questions, str)
     qs = [questions] if single else list(questions)
     store.require_indexed()
-    sc = scope(store, contract, filters, principal, allow)
+    searcher = Searcher.of(store, contract, filters, principal, allow, embedder)
     t0 = time.perf_counter()
-    cands = gather(store, contract, qs, sc=sc, embedder=embedder, depth=top_k, progress=progress)
-    counter = count_tokens_for(store)
-    answers = [answer(store, contract, c, sc=sc, tags=tags, count_tokens=counter, top_k=top_k) for c in cands]
+    answers = searcher.search(qs, depth=top_k, progress=progress, tags=tags, count_tokens=count_tokens_for(store),
+                              top_k=top_k)
     path = trace_path or contract.trace.path
     if path:
         write_trace(path, answers, contract, time.perf_counter() - t0, caller={"principal": principal, "allow": list(allow or [])})
