@@ -1,11 +1,14 @@
 """The query pipeline: contract -> preprocess -> candidates -> fuse -> post-process -> decide -> Answer.
 
-``retrieve(store, contract, question)`` is the one code path behind ``kbtool query``, ``eval``
-and ``calibrate``, and what a Python user calls:
+``retrieve(store, contract, question)`` is what ``kbtool query``, serve and a Python user call:
 
     from kbtool import Store, load_contract, retrieve
     answer = retrieve(Store.open(".kb"), load_contract(), "How do I fix TW-E5120?")
     answer.decision, answer.hits[0].doc_id, answer.context
+
+Underneath, one ``Searcher`` runs scope (``query.scope``) -> ``gather`` (preprocess, candidates:
+the expensive part) -> ``answer`` (fusion, then the stages of ``query.stages``) for ``retrieve``,
+``Retriever``, ``evaluate`` and calibrate alike.
 """
 
 from __future__ import annotations
@@ -84,13 +87,11 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
 def _fused(contract, cands: Candidates, weights: dict[str, float]) -> list[tuple[str, float]]:
     """The candidates of the retrievers this question is fused with, fused (calibrate gathers
     every retriever for every question; a query only those it weighs: both fuse the same pool)."""
-    fusion = contract.retrieve.fusion
-    pool = [i for i, c in enumerate(cands.ids) if any(c in cands.ranks.get(r, ()) for r in weights)]
-    if len(pool) == len(cands.ids):
-        return fuse(cands.ids, cands.scores, weights, method=fusion.method, normalization=fusion.normalization,
-                    rrf_k=fusion.rrf_k)
-    return fuse([cands.ids[i] for i in pool], {r: a[pool] for r, a in cands.scores.items()}, weights,
-                method=fusion.method, normalization=fusion.normalization, rrf_k=fusion.rrf_k)
+    fusion, ids, scores = contract.retrieve.fusion, cands.ids, cands.scores
+    pool = [i for i, c in enumerate(ids) if any(c in cands.ranks.get(r, ()) for r in weights)]
+    if len(pool) != len(ids):
+        ids, scores = [ids[i] for i in pool], {r: a[pool] for r, a in scores.items()}
+    return fuse(ids, scores, weights, method=fusion.method, normalization=fusion.normalization, rrf_k=fusion.rrf_k)
 
 
 @dataclass
