@@ -49,8 +49,10 @@ def signal_cost(store, contract, questions: list[str]) -> dict:
     ``signals.compute`` (while answering) per question, timed inside a real query of each
     question (warm: model and word lists loaded); beside it, ``answer()`` and ``gather`` alone."""
     import kbtool.query.candidates as candidates
-    import kbtool.query.pipeline as pipeline
-    from kbtool.query.pipeline import answer, count_tokens_for, gather, scope
+    import kbtool.query.signals as signals
+    from kbtool.query.pipeline import answer, gather
+    from kbtool.query.tokens import count_tokens_for
+    from kbtool.query.scope import scope
 
     sc = scope(store, contract)
     counter = count_tokens_for(store)
@@ -65,10 +67,10 @@ def signal_cost(store, contract, questions: list[str]) -> dict:
                 spent[key].append(time.perf_counter() - t)
         return wrapper
 
-    real_compute, real_weights = pipeline.signals.compute, candidates.term_weights
+    real_compute, real_weights = signals.compute, candidates.term_weights
     for c in gather(store, contract, questions, sc=sc, depth=contract.retrieve.top_k):  # warm: model, word lists
         answer(store, contract, c, sc=sc, count_tokens=counter)
-    pipeline.signals.compute = timed(real_compute, "compute")
+    signals.compute = timed(real_compute, "compute")
     candidates.term_weights = timed(real_weights, "term_weights")
     try:
         gathers, answers = [], []
@@ -80,7 +82,7 @@ def signal_cost(store, contract, questions: list[str]) -> dict:
             answer(store, contract, c, sc=sc, count_tokens=counter)
             answers.append(time.perf_counter() - t)
     finally:
-        pipeline.signals.compute, candidates.term_weights = real_compute, real_weights
+        signals.compute, candidates.term_weights = real_compute, real_weights
     per_q = np.array(spent["term_weights"]) + np.array(spent["compute"])
     ms = lambda xs: round(1000 * float(np.median(xs)), 3)  # noqa: E731
     return {"signals_p50_ms": ms(per_q), "signals_p95_ms": round(1000 * float(np.percentile(per_q, 95)), 3),

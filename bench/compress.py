@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 from kbtool.contract import load_contract  # noqa: E402
 from kbtool.evaluation.questions import contains_evidence, load_questions  # noqa: E402
 from kbtool.query.context import build_context  # noqa: E402
-from kbtool.query.pipeline import answer, count_tokens_for, gather, scope  # noqa: E402
+from kbtool.query.pipeline import answer, gather  # noqa: E402
+from kbtool.query.tokens import count_tokens_for  # noqa: E402
+from kbtool.query.scope import scope  # noqa: E402
 from kbtool.store import Store  # noqa: E402
 
 

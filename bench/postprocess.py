@@ -79,7 +79,9 @@ def stage_ms(trace: dict) -> float:
 
 def one_store(store, qs, lexicon: Path, rounds: int = 3) -> dict:
     from kbtool.evaluation.evaluate import EvalConfig, evaluate
-    from kbtool.query.pipeline import answer, count_tokens_for, gather, scope
+    from kbtool.query.pipeline import answer, gather
+    from kbtool.query.tokens import count_tokens_for
+    from kbtool.query.scope import scope
 
     cs = contracts(lexicon)
     t = time.perf_counter()

@@ -268,7 +268,8 @@ def rerank_bench(results: dict) -> dict:
     from kbtool.embed import load_embedder
     from kbtool.evaluation.questions import load_questions
     from kbtool.ingestion.pipeline import ingest
-    from kbtool.query.pipeline import answer, gather, scope
+    from kbtool.query.pipeline import answer, gather
+    from kbtool.query.scope import scope
     from kbtool.store import Store
 
     out_dir = HERE / "out"

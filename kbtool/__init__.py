@@ -17,7 +17,7 @@ __all__ = [
 
 _LAZY = {
     "Store": "store", "Contract": "contract", "load_contract": "contract", "default_contract": "contract",
-    "retrieve": "query.pipeline", "Answer": "query.pipeline", "Hit": "query.pipeline",
+    "retrieve": "query.pipeline", "Answer": "query.answer_types", "Hit": "query.answer_types",
     "evaluate": "evaluation.evaluate", "Retriever": "query.retriever",
     "ingest": "ingestion.pipeline", "IngestOptions": "ingestion.pipeline", "IngestReport": "ingestion.pipeline",
     "ChunkParams": "chunk", "IndexReport": "index", "calibrate": "evaluation.calibrate",

@@ -89,7 +89,7 @@ def test_eval_lint_as_a_principal_treats_restricted_documents_as_absent(kb, tmp_
 
 def test_lint_against_store_sees_only_the_visible_documents(kb, tmp_path):
     from kbtool.evaluation.questions import lint_against_store, load_questions
-    from kbtool.query.pipeline import visible_documents
+    from kbtool.access import visible_documents
 
     c = contract("access.principals={guest: [public], cfo: [finance]}")
     assert visible_documents(kb, c) is None

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from kbtool.cli import app
 from kbtool.contract import load_contract
 from kbtool.ingestion.pipeline import IngestOptions, ingest
-from kbtool.query.pipeline import retrieve, scope
+from kbtool.query.pipeline import retrieve
+from kbtool.query.scope import scope
 from kbtool.query.signals import term_weights
 from kbtool.store import Store, bm25
 

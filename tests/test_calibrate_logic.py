@@ -18,7 +18,7 @@ from kbtool.evaluation.evaluate import EvalConfig, evaluate
 from kbtool.evaluation.provenance import calibration_warnings, questions_fingerprint
 from kbtool.evaluation.questions import load_questions
 from kbtool.ingestion.pipeline import ingest
-from kbtool.query.pipeline import rule_applied
+from kbtool.query.routing import rule_applied
 from kbtool.store import Store
 
 from .conftest import write

@@ -138,7 +138,8 @@ def test_mmr_first_hits_do_not_depend_on_how_many_are_asked(sample_store, embedd
     """query asks for top_k (5), eval for 100: MMR picks from the contract's own window either way
     (before, its relevance was scaled over the window read for the hits asked, and 108 of 149
     sample questions got other first 5 hits from eval than from query at lambda 0.6)."""
-    from kbtool.query.pipeline import answer, gather, scope
+    from kbtool.query.pipeline import answer, gather
+    from kbtool.query.scope import scope
 
     c = load_contract(None, ["postprocess.diversity.mmr_lambda=0.6"], search=False)
     sc = scope(sample_store, c)

@@ -277,7 +277,7 @@ def test_a_section_across_pages_stops_where_the_allowed_chunks_end():
 
     from kbtool.contract import Expand
     from kbtool.query.expand import expand
-    from kbtool.query.pipeline import Hit
+    from kbtool.query.answer_types import Hit
 
     parts = ["p1a ", "p1b ", "p2a ", "p2b ", "p2c ", "p3a ", "p3b "]
     text = "".join(parts)

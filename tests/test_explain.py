@@ -54,7 +54,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from kbtool.cli import app  # noqa: E402
 from kbtool.contract import default_contract, dump_yaml, load_contract  # noqa: E402
-from kbtool.query.decide import MEANING, shown, shown_threshold, suggestions  # noqa: E402
+from kbtool.query.explain import MEANING, shown, shown_threshold, suggestions  # noqa: E402
 from kbtool.query.pipeline import retrieve  # noqa: E402
 
 from .conftest import public_and_restricted_store, write  # noqa: E402
@@ -238,6 +238,6 @@ def test_contract_source_reports_the_calibration_date(tmp_path):
 
 def test_chinese_question_words_are_never_named_as_missing():
     """'怎样' (how), '为什么' (why) phrase a question; a knowledge base without them misses nothing."""
-    from kbtool.query.decide import PHRASING
+    from kbtool.query.explain import PHRASING
 
     assert {"怎样", "怎么", "如何", "什么", "为什么", "哪些", "多少", "是否"} <= PHRASING

@@ -9,7 +9,8 @@ import pytest
 
 import kbtool.store.filtered as filtered
 from kbtool.contract import load_contract
-from kbtool.query.pipeline import retrieve, scope
+from kbtool.query.pipeline import retrieve
+from kbtool.query.scope import scope
 
 QUESTIONS = ["How do I fix error TW-E1042?", "laptop drops off the Wi-Fi", "refund for an annual plan",
              "Which regions store data?", "rotate an API token"]

@@ -244,7 +244,7 @@ def test_parse_date_by_hand(value, want):
 
 def test_context_line_stays_within_the_budget(kb, embedder):
     from kbtool.query.context import build_context
-    from kbtool.query.pipeline import count_tokens_for
+    from kbtool.query.tokens import count_tokens_for
 
     got = ask(kb[0], embedder, "postprocess.freshness.prefer=newer")
     count = count_tokens_for(kb[0])

@@ -12,7 +12,8 @@ from kbtool.errors import AccessError
 from kbtool.evaluation.evaluate import EvalConfig, evaluate
 from kbtool.evaluation.questions import load_questions
 from kbtool.ingestion.pipeline import ingest
-from kbtool.query.pipeline import count_tokens_for, retrieve
+from kbtool.query.pipeline import retrieve
+from kbtool.query.tokens import count_tokens_for
 from kbtool.store import Store
 
 from .conftest import ROOT, public_and_restricted_store, write
@@ -372,3 +373,36 @@ def test_dedup_keeps_texts_that_only_share_a_phrase():
     b = shared + " " + " ".join(f"beta{i}" for i in range(60))
     kept, dropped = dedup([("a", a), ("b", b), ("c", a)], lambda x: x[1], 0.9)
     assert [k for k, _ in kept] == ["a", "b"] and dropped[0][0][0] == "c"
+
+
+# ---- the stages after fusion (kbtool.query.stages) ----------------------------------------------
+def test_the_stages_run_in_pipeline_order():
+    from kbtool.query.stages import STAGES
+
+    assert [s.name for s in STAGES] == ["rerank", "freshness", "window", "dedup", "sensitive", "diversity",
+                                        "freshness", "hits", "expand", "decide", "explain", "compress",
+                                        "conflicts", "context"]
+
+
+def test_one_window_policy_for_every_stage():
+    from kbtool.query.stages import MARGIN, Window
+
+    def window(*over, top_k=None, drops=False):
+        return Window.of(load_contract(None, list(over), search=False), top_k, drops)
+
+    # dedup on (the default): 20 more rows read so it can still fill top_k; nothing kept beyond top_k
+    assert window() == Window(asked=5, top_k=5, decided=5, read=5 + MARGIN, dedup_keep=5, kept=5,
+                              scanned=5 + MARGIN, pool=5 + MARGIN)
+    assert window("postprocess.dedup.enabled=false").read == 5  # nothing can remove an item: no margin
+    # a caller asking for fewer hits than the contract's top_k: the decision still sees the contract's
+    w = window(top_k=2)
+    assert (w.asked, w.top_k, w.decided, w.pool) == (2, 5, 5, 25)
+    # eval asks for 100: the decision and MMR's pool stay the contract's
+    w = window("postprocess.diversity.mmr_lambda=0.5", top_k=100)
+    assert (w.top_k, w.decided, w.read, w.dedup_keep, w.kept, w.pool) == (100, 5, 120, 120, 100, 25)
+    # expansion merges hits: room for them in what diversity keeps and the hits built
+    w = window("postprocess.expand.mode=section", "postprocess.dedup.enabled=false")
+    assert (w.read, w.dedup_keep, w.kept) == (25, 25, 25)
+    # a dropping rule may remove any item: dedup never stops early
+    w = window("postprocess.dedup.enabled=false", drops=True)
+    assert (w.read, w.dedup_keep, w.kept) == (25, None, 5)

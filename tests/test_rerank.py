@@ -347,3 +347,18 @@ def test_every_field_is_described():
 
     assert all(f.description for f in Rerank.model_fields.values())
     assert isinstance(Contract(contract_version=1).postprocess.rerank, Rerank)
+
+
+def test_backends_are_chosen_by_name_from_one_registry(monkeypatch):
+    class ByLength:
+        def score(self, question, texts, ids=None):
+            return [float(len(t)) for t in texts]
+
+    assert sorted(rerank.BACKENDS) == ["cross-encoder", "dense", "http"]
+    monkeypatch.setitem(rerank.BACKENDS, "dense", rerank.Backend(lambda store, s: ByLength(), lambda s: "by-length"))
+    rows = {"a": {"text": "x"}, "b": {"text": "xxx"}, "c": {"text": "xx"}}
+    out, info = rerank.apply(None, settings(backend="dense", weight=1.0, top_n=3), "q",
+                             [("a", 0.9), ("b", 0.5), ("c", 0.1)], lambda ids: rows, {})
+    assert [c for c, _ in out] == ["b", "c", "a"] and info["model"] == "by-length"
+    with pytest.raises(ContractError, match="'none' has no reranker"):
+        rerank.load(None, settings(backend="none"))

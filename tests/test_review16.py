@@ -106,7 +106,7 @@ def test_calibrate_write_without_a_fitted_model_names_the_model_the_thresholds_w
 
 # ---- a single-retriever mode still computes the signals its model weighs ------------------------
 def test_a_single_retriever_mode_with_a_model_gathers_what_the_model_needs():
-    from kbtool.query.pipeline import needed_retrievers
+    from kbtool.query.routing import needed_retrievers
     from kbtool.query.retriever import contract_for_mode
 
     c = contract()  # the built-in model weighs dense_margin (dense) and coverage (BM25)

@@ -100,7 +100,9 @@ def test_query_and_calibrate_gathering_give_the_same_hits_on_a_two_model_store(t
     not: eval/calibrate's carried MiniLM's cosine (dense_score) where query's had None, and an English
     question's carried a dense:use-m score query never computed. One Answer, whoever gathers."""
     from kbtool.contract import default_contract
-    from kbtool.query.pipeline import answer, gather, retrieve, scope, store_retrievers
+    from kbtool.query.pipeline import answer, gather, retrieve
+    from kbtool.query.routing import store_retrievers
+    from kbtool.query.scope import scope
 
     from .test_models import _store as two_model_store
 
@@ -192,7 +194,8 @@ def test_dense_mode_signals_do_not_depend_on_what_else_eval_gathered(sample_stor
     """The dense mode of a contract whose model reads no BM25 signal runs no BM25 in a query; eval,
     gathering BM25 for its other modes, must give the same signals (BM25's statistics unseen)."""
     from kbtool.contract import AnswerabilityModel, default_contract
-    from kbtool.query.pipeline import answer, gather, retrieve, scope
+    from kbtool.query.pipeline import answer, gather, retrieve
+    from kbtool.query.scope import scope
     from kbtool.query.retriever import contract_for_mode
 
     base = default_contract()

@@ -8,8 +8,8 @@ import pytest
 import kbtool.store.filtered as filtered
 from kbtool.contract import load_contract
 from kbtool.ingestion.pipeline import IngestOptions, ingest
-from kbtool.query.decide import missing_terms
-from kbtool.query.pipeline import scope
+from kbtool.query.explain import missing_terms
+from kbtool.query.scope import scope
 from kbtool.query.preprocess import preprocess
 from kbtool.store import Store
 
@@ -137,7 +137,7 @@ def test_suggestions_of_a_restricted_caller_do_not_depend_on_hidden_identifiers(
     """A restricted caller gets what a store without the hidden documents gives: siblings of a
     missing identifier that only hidden chunks hold must not crowd out the one it may read (the
     nearest 100 in sorted order, and the 6 closest in spelling, were picked among every term)."""
-    from kbtool.query.decide import suggestions
+    from kbtool.query.explain import suggestions
 
     public = {"tickets.md": "# Tickets\n\nTicket KB-1-900 covers the proxy that drops uploads.\n"}
     secret = {f"codes{j}.md": f"# Codes {j}\n\n" + " ".join(f"KB-1-{n}" for n in range(100 + 100 * j, 200 + 100 * j)) + "\n"

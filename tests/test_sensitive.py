@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from kbtool import load_contract, retrieve
 from kbtool.cli import app
 from kbtool.errors import ContractError
-from kbtool.query.pipeline import count_tokens_for
+from kbtool.query.tokens import count_tokens_for
 
 from .conftest import write
 

@@ -166,7 +166,7 @@ def test_a_reader_between_the_two_renames_of_a_bm25_swap_still_sees_bm25(tmp_pat
     import shutil
 
     from kbtool.ingestion.pipeline import ingest
-    from kbtool.query.pipeline import store_retrievers
+    from kbtool.query.routing import store_retrievers
     from kbtool.store import Store
 
     write(tmp_path / "docs" / "a.md", "# A\n\nalpha beta gamma\n")

@@ -57,7 +57,7 @@ def calibrate(
     c = load_contract(path, set_ or [], search=False)
     qs = load_questions(questions, qrels=qrels, split=split)
     kb = open_store(store)
-    from ..query.pipeline import visible_documents
+    from ..access import visible_documents
 
     lint_against_store(qs, kb, visible_documents(kb, c, principal, allow))  # as the caller sees the store
     fatal = [i for i in qs.issues if i.fatal]

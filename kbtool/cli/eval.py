@@ -106,7 +106,7 @@ def eval_(
 
     qs = load_questions(questions, qrels=qrels, split=split)
     kb = open_store(store)
-    from ..query.pipeline import visible_documents
+    from ..access import visible_documents
 
     # A restricted caller's lint sees only its documents: any other reads as one the store lacks.
     seen = [visible_documents(kb, c, principal, allow) for c in ([base] if base is not None else contracts.values())]

@@ -137,7 +137,7 @@ def _render(ans, mode: str) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..query.decide import shown
+    from ..query.explain import shown
 
     ex = ans.explanation
     limits = tuple(ans.thresholds.values())  # rounded as the verdict rounds them: 0.499, never 0.50

@@ -61,7 +61,7 @@ def serve(
 
         token_map = load_tokens(tokens, checked)
     elif principal or allow:
-        from ..query.pipeline import access_tags
+        from ..access import access_tags
 
         access_tags(checked, principal, allow)
     mcp_server = None

@@ -21,7 +21,7 @@ def status(
 
     With --principal/--allow (required when the contract says access.require_principal), counts
     only what that caller may read and leaves out what describes the whole store."""
-    from ..query.pipeline import restricted_status
+    from ..access import restricted_status
     from ..store.doctor import engine_line
 
     kb = open_store(store)

@@ -199,24 +199,23 @@ def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict |
 class _Question:
     """One question's candidates and chunk rows, answered under any contract by the pipeline."""
 
-    def __init__(self, q, cands, level: str, rows: dict, *, store, sc, matcher, depth: int):
+    def __init__(self, q, cands, level: str, rows: dict, *, searcher, matcher, depth: int):
         self.q, self.c, self.level, self.rows = q, cands, level, rows
         self.types = set(cands.processed.types)
         self.tags = set(q.tags)
         self.group = "other"
-        self._store, self._sc, self._matcher, self._depth = store, sc, matcher, depth
+        self._searcher, self._matcher, self._depth = searcher, matcher, depth
         self._near = None  # the candidates' near-duplicate relation, computed on first use
         self._ask = 0  # hits asked for first (see ``metric``)
 
     def answer(self, contract, top_k: int | None = None):
-        from ..query.pipeline import answer
         from ..query.postprocess import NearDuplicates
 
         similarity = contract.postprocess.dedup.similarity
         if contract.postprocess.dedup.enabled and (self._near is None or self._near.similarity != similarity):
             self._near = NearDuplicates([row["text"] for row in self.rows.values()], similarity)
-        return answer(self._store, contract, self.c, sc=self._sc, tags=self.q.tags, top_k=top_k or self._depth,
-                      explain=False, rows=self.rows, with_trace=False, near=self._near)
+        return self._searcher.answer(self.c, contract, tags=self.q.tags, top_k=top_k or self._depth,
+                                     explain=False, rows=self.rows, with_trace=False, near=self._near)
 
     def metric(self, contract, objective: str, k: int) -> float:
         """The objective (a metric at cut-off ``k``) of the contract's answer, as eval scores it.
@@ -238,16 +237,17 @@ class _Question:
 def gathered(store, qs, contract, *, k: int, level: str = "auto", embedder=None, principal=None, allow=None,
              progress=None) -> list[_Question]:
     """Every question's candidates (gathered once, as eval gathers them) and chunk rows."""
-    from ..query.pipeline import gather, scope, store_retrievers
+    from ..query.pipeline import Searcher
+    from ..query.routing import store_retrievers
 
     questions = qs.questions
     depth = max(k, 100)  # chunks ranked per question, as eval's depth: documents collapse from them
-    sc = scope(store, contract, [], principal, allow)
+    searcher = Searcher.of(store, contract, [], principal, allow, embedder)
     cb = (lambda n: progress("retrieving", n, len(questions))) if progress else None
-    cands = gather(store, contract, [q.question for q in questions], sc=sc, embedder=embedder,
-                   depth=depth, retrievers=store_retrievers(store), progress=cb)
+    cands = searcher.gather([q.question for q in questions], depth=depth, retrievers=store_retrievers(store),
+                            progress=cb)
     matcher = EvidenceMatcher(store)
-    return [_Question(q, c, level_of(q, level), store.chunks_by_id(c.ids), store=store, sc=sc, matcher=matcher,
+    return [_Question(q, c, level_of(q, level), store.chunks_by_id(c.ids), searcher=searcher, matcher=matcher,
                       depth=depth) for q, c in zip(questions, cands)]
 
 
@@ -260,10 +260,10 @@ class Search:
 
     def __init__(self, contract, items: list[_Question], objective: str, min_count: int, progress=None,
                  retrievers: tuple[str, ...] | None = None):
-        from ..query.pipeline import rule_applied, store_retrievers
+        from ..query.routing import rule_applied, store_retrievers
 
         if retrievers is None:
-            retrievers = store_retrievers(items[0]._store) if items else TWO
+            retrievers = store_retrievers(items[0]._searcher.store) if items else TWO
         self.retrievers = tuple(retrievers)
         self.grid = weight_grid(self.retrievers)
         self.items, self.k = items, parse_metric(objective)[1]
@@ -477,7 +477,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
 def _current_fusion(contract, retrievers=TWO) -> dict:
     """The contract's fusion as a proposal: what an 'other' question gets, and each type's rule,
     normalised over the store's ``retrievers``."""
-    from ..query.pipeline import rule_applied
+    from ..query.routing import rule_applied
 
     f = contract.retrieve.fusion
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,

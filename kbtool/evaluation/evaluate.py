@@ -288,7 +288,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     filters, instead of ``contract``. ``progress(advance, total)``.
     """
     from ..contract import default_contract
-    from ..query.pipeline import answer, gather, gathered_for, scope
+    from ..query.pipeline import Searcher
     from ..query.retriever import contract_for_mode
 
     store.require_indexed()
@@ -318,13 +318,10 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
     answers: dict[str, list] = {}
     decided_by = {m: "P(answerable)" if c.decide.model is not None else "confidence"
                   for _, variants in groups for m, c in variants.items()}
-    for gbase, variants in groups:
-        sc = scope(store, gbase, config.filters, principal, allow)  # each contract's own filters and access
-        cands = gather(store, gbase, texts, sc=sc, embedder=embedder, depth=config.depth,
-                       retrievers=gathered_for(store, list(variants.values())), progress=cb)
-        for mode, variant in variants.items():
-            answers[mode] = [answer(store, variant, c, sc=sc, tags=q.tags, top_k=config.depth, explain=False)
-                             for c, q in zip(cands, questions)]
+    for gbase, variants in groups:  # each contract's own filters and access
+        searcher = Searcher.of(store, gbase, config.filters, principal, allow, embedder)
+        answers.update(searcher.compare(texts, variants, depth=config.depth, progress=cb,
+                                        tags=[q.tags for q in questions], top_k=config.depth, explain=False))
     matcher = EvidenceMatcher(store)
     names = config.metric_names()
     results = []
@@ -351,7 +348,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
                 {f"distinct@{k}": distinct([h.doc_id for h in hits], k) for k in config.ks},
             )
         results.append(QuestionResult(q, level, modes))
-    from ..query.pipeline import access_tags
+    from ..access import access_tags
 
     restricted = access_tags(base, principal, allow) is not None
     return EvalReport(qs, config, results, _store_info(store, restricted), source=source, decided_by=decided_by)

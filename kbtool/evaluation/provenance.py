@@ -52,7 +52,7 @@ def store_fingerprint(store, contract=None, principal: str | None = None, allow=
     """What a calibration was computed on. For a restricted caller (``principal``/``allow`` under
     ``contract``'s access clause) the document and chunk counts are those it may see, and
     ``access`` records its tags, so counts are only ever compared within the same scope."""
-    from ..query.pipeline import restricted_status
+    from ..access import restricted_status
 
     info = store.status() if contract is None else restricted_status(store, contract, principal, allow)
     out = {"model": store.model_id, "chunking": store.manifest.get("chunking"),
@@ -65,7 +65,7 @@ def store_fingerprint(store, contract=None, principal: str | None = None, allow=
 def visible_appendix(appendix: dict, contract, principal: str | None = None, allow=None) -> dict:
     """The calibration appendix as a caller may see it: a restricted caller gets the store counts
     only when they were recorded under its own tags."""
-    from ..query.pipeline import access_tags
+    from ..access import access_tags
 
     tags = access_tags(contract, principal, allow)
     store = appendix.get("store") or {}

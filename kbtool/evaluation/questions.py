@@ -267,7 +267,7 @@ def _read_qrels(path: Path):
 
 def lint_against_store(qs: QuestionSet, store, visible: set[str] | None = None) -> None:
     """Add issues for documents the store does not hold and evidence no document contains.
-    ``visible``: the documents the caller may see (``query.pipeline.visible_documents``; None:
+    ``visible``: the documents the caller may see (``access.visible_documents``; None:
     all); any other document reads exactly as one the store does not hold."""
     docs = set(store.document_ids())
     if visible is not None:

@@ -36,8 +36,9 @@ import math
 import os
 import threading
 import time
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import ContractError, ModelError
 
@@ -107,26 +108,36 @@ def _below(head: Fused, rest: Fused) -> Fused:
     return [(c, min(0.0, (s - lo) / span) - 1.0) for c, s in rest]
 
 
+# ---- backends, by name (postprocess.rerank.backend) --------------------------------------------
+@dataclass(frozen=True)
+class Backend:
+    load: Callable[[Any, Any], Reranker]  # (store, settings) -> the reranker; heavy ones once per process
+    identity: Callable[[Any], str]  # settings -> what it is: the cache key's first part, the trace's ``model``
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register(name: str, load: Callable[[Any, Any], Reranker], identity: Callable[[Any], str]) -> None:
+    """Make ``postprocess.rerank.backend: NAME`` rerank with ``load(store, settings)``."""
+    BACKENDS[name] = Backend(load, identity)
+
+
+def _backend(settings) -> Backend:
+    got = BACKENDS.get(settings.backend)
+    if got is None:
+        raise ContractError(f"postprocess.rerank.backend: {settings.backend!r} has no reranker")
+    return got
+
+
 def identity(settings) -> str:
     """What the backend is (the cache key's first part and the trace's ``model``)."""
-    if settings.backend == "cross-encoder":
-        return f"cross-encoder:{settings.model}"
-    if settings.backend == "http":
-        return f"http:{settings.api}:{endpoint(settings)}#{settings.model or ''}"
-    return settings.dense_retriever
+    return _backend(settings).identity(settings)
 
 
-# ---- backends -------------------------------------------------------------------------------
 def load(store, settings) -> Reranker:
     """The backend the settings name; the heavy ones are loaded once per process."""
-    if settings.backend == "cross-encoder":
-        return _cross_encoder(settings.model)
-    if settings.backend == "http":
-        return HttpReranker(endpoint(settings), settings.api, settings.model, settings.api_key_env,
-                            settings.timeout_s, settings.retries)
-    if settings.backend == "dense":
-        return DenseReranker(store, settings.dense_retriever)
-    raise ContractError(f"postprocess.rerank.backend: {settings.backend!r} has no reranker")
+    return _backend(settings).load(store, settings)
 
 
 @lru_cache(maxsize=2)
@@ -266,3 +277,9 @@ class HttpReranker:
                              "a server that caps its batch (TEI --max-client-batch-size) needs a "
                              "postprocess.rerank.top_n within it")
         return out  # type: ignore[return-value]
+
+
+register("cross-encoder", lambda store, s: _cross_encoder(s.model), lambda s: f"cross-encoder:{s.model}")
+register("http", lambda store, s: HttpReranker(endpoint(s), s.api, s.model, s.api_key_env, s.timeout_s, s.retries),
+         lambda s: f"http:{s.api}:{endpoint(s)}#{s.model or ''}")
+register("dense", lambda store, s: DenseReranker(store, s.dense_retriever), lambda s: s.dense_retriever)

@@ -118,21 +118,15 @@ class Retriever:
     def run(self, queries: Sequence[str], modes: Sequence[str], top_k: int = 10, filters: dict | None = None,
             progress=None) -> dict[str, list[list]]:
         """Hits per mode per query; candidates are gathered once for all modes."""
-        from .pipeline import answer, gather, scope
+        from .pipeline import Searcher
 
         if top_k < 1:
             raise UsageError("top_k must be at least 1 (CLI: --top-k)")
         specs = [f"{k}={v}" for k, v in {**self.config.filters, **(filters or {})}.items()]
         contracts = {m: contract_for_mode(self.contract, m) for m in dict.fromkeys(modes)}
-        base = self.contract
-        sc = scope(self.store, base, specs)
-        from .pipeline import gathered_for
-
-        needs = gathered_for(self.store, list(contracts.values()))
-        cands = gather(self.store, base, list(queries), sc=sc, embedder=self.embedder, depth=top_k,
-                       retrievers=needs, progress=progress)
-        return {m: [answer(self.store, c, cd, sc=sc, top_k=top_k, explain=False).hits for cd in cands]
-                for m, c in contracts.items()}
+        searcher = Searcher.of(self.store, self.contract, specs, embedder=self.embedder)
+        got = searcher.compare(list(queries), contracts, depth=top_k, progress=progress, top_k=top_k, explain=False)
+        return {m: [a.hits for a in answers] for m, answers in got.items()}
 
     def search_many(self, queries: Sequence[str], mode: str = "contract", top_k: int = 10,
                     filters: dict | None = None) -> list[list]:

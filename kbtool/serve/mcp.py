@@ -39,17 +39,11 @@ def _filter_keys(service, caller: Caller) -> list[str]:
     """The metadata keys a filter may name, as ``scope`` accepts them for this caller: the
     contract's filterable ``data.metadata`` and the store's keys (for a restricted caller, only
     keys documents it may read carry)."""
-    from ..query.pipeline import _visibility, access_tags
+    from ..access import access_tags, known_filter_keys
 
     store, contract = service.store, service.contract
     fields = contract.data.metadata
-    tags = access_tags(contract, caller.principal, caller.allow or None)
-    if tags is None:
-        keys = store.metadata_keys() | set(fields)
-    else:
-        visible = _visibility(contract, tags)
-        keys = set(fields) | {k for _, _, meta in store.chunk_metadata() if visible(meta) for k in meta}
-        keys.discard("index_hash")
+    keys = known_filter_keys(store, contract, access_tags(contract, caller.principal, caller.allow or None))
     return sorted(k for k in keys if k not in fields or fields[k].filterable)
 
 
@@ -191,7 +185,7 @@ def build_server(service, caller: Caller | None = None):
 
     from .. import __version__
     from ..errors import KbtoolError
-    from ..query.pipeline import access_tags
+    from ..access import access_tags
 
     caller = caller or Caller()
     access_tags(service.contract, caller.principal, caller.allow or None)  # an unknown principal: fail now

@@ -91,7 +91,7 @@ class Service(LiveState):
         """The text of a document (a cited span ``a-b`` of its source lines), for a caller allowed to
         read it. Read from the ingested file, inside its root, when it holds what was ingested;
         else (``changed_since_ingest``) the text as parsed at ingest."""
-        from ..query.pipeline import visible_documents
+        from ..access import visible_documents
 
         caller = caller or Caller()
         with self.state() as (store, contract, _):
@@ -137,14 +137,14 @@ class Service(LiveState):
         """The contract in force as ``caller`` may see it: for a restricted caller, only its own
         principal under ``access.principals`` and only the ``data.sources`` whose metadata it may
         read — the others' folders and tags say which restricted documents exist."""
-        from ..query.pipeline import _visibility, access_tags
+        from ..access import access_tags, visibility
 
         c = contract or self.contract
         out = c.to_dict()
         caller = caller or Caller()
         tags = access_tags(c, caller.principal, caller.allow or None)
         if tags is not None:
-            visible = _visibility(c, tags)
+            visible = visibility(c, tags)
             out["access"]["principals"] = {p: t for p, t in out["access"]["principals"].items() if p == caller.principal}
             out["data"]["sources"] = [src for src in out["data"]["sources"] if visible(src.get("meta") or {})]
         return out
@@ -155,7 +155,7 @@ class Service(LiveState):
     def health(self, caller: Caller | None = None) -> dict:
         """The server's state. With a ``caller``, the documents and chunks that caller may read (and
         its tags): a restricted caller never learns how many documents it may not read."""
-        from ..query.pipeline import restricted_status
+        from ..access import restricted_status
         from .. import __version__
 
         with self.state() as (store, contract, _):

@@ -1,0 +1,89 @@
+"""Which chunks a run may see: the contract's and the caller's filters, and access (``Scope``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..access import access_tags, known_filter_keys, visibility
+from ..errors import ContractError, InputError, UsageError
+from ..filters import parse_filter
+
+
+@dataclass
+class Scope:
+    """Which chunks a run may see: the contract's and the caller's filters, and access tags."""
+
+    filters: list[str]
+    allowed: set[str] | None  # chunk ids, None = every chunk
+    allowed_docs: list[str] | None
+    extra_dense: int = 0  # chunks of allowed documents the filters exclude
+    warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
+    visible: set[str] | None = None  # chunk ids access permits (None: every chunk): BM25 statistics count these only
+
+
+def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
+          allow: Sequence[str] | None = None) -> Scope:
+    specs = list(contract.retrieve.filters) + list(filters or [])
+    try:
+        parsed = [parse_filter(s) for s in specs]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    fields = contract.data.metadata
+    tags = access_tags(contract, principal, allow)
+    visible = visibility(contract, tags)
+    known = known_filter_keys(store, contract, tags) if parsed else set()
+    for f in parsed:
+        if f.key not in known:
+            raise InputError(f"unknown filter key {f.key!r}: known keys are {', '.join(sorted(known))}")
+        if f.key in fields and not fields[f.key].filterable:
+            raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
+    if not parsed and tags is None:
+        return Scope(specs, None, None)
+    # Once per catalog generation and (filters, caller, access settings, field types): a server's
+    # callers and an eval's questions share it, and the filtered dense search holds vectors by it.
+    key = ("scope", tuple(specs), None if tags is None else frozenset(tags), contract.access.key,
+           contract.access.untagged, json.dumps({k: v.model_dump(mode="json") for k, v in fields.items()}, sort_keys=True))
+    return store.memo(key, lambda: _scope(store, specs, parsed, fields, visible, tags))
+
+
+def _scope(store, specs, parsed, fields, visible, tags) -> Scope:
+    allowed, docs, seen_chunks = set(), set(), set()
+    doc_chunks: dict[str, int] = {}
+    hit_by = [0] * len(parsed)  # visible chunks each filter matches on its own
+    for doc_id, meta, ids in store.metadata_groups():  # chunks of one document with one metadata
+        doc_chunks[doc_id] = doc_chunks.get(doc_id, 0) + len(ids)
+        if not visible(meta):
+            continue
+        seen_chunks.update(ids)
+        ok = [f.matches(meta, fields[f.key].type if f.key in fields else "str") for f in parsed]
+        for i, matched in enumerate(ok):
+            hit_by[i] += matched * len(ids)
+        if all(ok):
+            allowed.update(ids)
+            docs.add(doc_id)
+    warnings = []
+    for f, n in zip(parsed, hit_by):
+        if n == 0:  # rare: the values the key has, among the chunks this caller may see
+            seen: dict[str, int] = {}
+            for _, meta, ids in store.metadata_groups():
+                if visible(meta) and f.key in meta:
+                    seen[str(meta[f.key])] = seen.get(str(meta[f.key]), 0) + len(ids)
+            warnings.append(_no_match(f, seen))
+    # Chroma filters by document; chunks of those documents the filter leaves out (a page filter)
+    # are dropped after the search, so the dense search must look that much deeper.
+    extra = sum(doc_chunks[d] for d in docs) - len(allowed)
+    return Scope(specs, allowed, sorted(docs), extra, warnings, None if tags is None else seen_chunks)
+
+
+def _no_match(f, seen: dict[str, int]) -> str:
+    """'filter lang=fr matches no document; lang has: 'en', 'zh'' (closest values first)."""
+    import difflib
+
+    wanted = f.values[0] if f.values else ""
+    close = difflib.get_close_matches(wanted, list(seen), n=5, cutoff=0.0) if wanted else []
+    close += [v for v, _ in sorted(seen.items(), key=lambda kv: -kv[1]) if v not in close]
+    shown = ", ".join(repr(v) for v in close[:5])
+    return (f"filter {f} matches no document; {f.key} has: {shown}" if shown
+            else f"filter {f} matches no document; no document has a {f.key!r} value")
