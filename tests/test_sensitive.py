@@ -298,3 +298,67 @@ def test_spelling_suggestions_never_offer_a_secret():
     notes = [f"instead of 'x', the index has: {SK.lower()}", f"instead of 'y', the index has: {AWS.lower()}",
              "instead of 'colour', the index has: color, tw-e4031"]
     assert safe_notes(Sensitive().rules(), notes) == notes[2:]
+
+
+# ---- detect-secrets' formats: a Stripe live key, a Slack token, a GitHub token ---------------
+# Fake tokens in the services' formats, built so that this file holds none verbatim.
+STRIPE = "sk_" + "live_" + "51Hq8ZkLm2Vt9Rx4Wc7Nb3Yd"
+SLACK = "xoxb-" + "2934712049-5819273645018-" + "q8Jf3LmZt0Wc7Vb2Nn4Rx9Ky"
+GITHUB = "ghp_" + "Zr7Kq2Wm9Tx4Lb8Nc3Vd6Hf1Gj5Ps0Ya2Eu7"
+TOKENS = [STRIPE, SLACK, GITHUB]
+TOKENS_QUESTION = "which keys does the alerting bot of the payment service use"
+
+
+@pytest.fixture(scope="module")
+def tokens_kb(tmp_path_factory, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    base = tmp_path_factory.mktemp("tokens")
+    write(base / "docs" / "alerts.md", (
+        "# The alerting bot of the payment service\n\nThe alerting bot of the payment service charges with "
+        f"the Stripe key {STRIPE}, posts to the ops channel with the Slack token {SLACK} and opens "
+        f"issues with the GitHub token {GITHUB}.\n\n```\nSTRIPE_KEY={STRIPE}\n```\n"))
+    write(base / "docs" / "refund.md", DOCS["refund.md"])
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "docs"], embedder=embedder).failed
+    return store
+
+
+def test_service_tokens_never_reach_any_answer(tokens_kb, tmp_path):
+    """query --json (and its --trace record), query --context, the HTTP answer and the MCP answer."""
+    import anyio
+    from fastapi.testclient import TestClient
+    from mcp import Client
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.mcp import build_server
+    from kbtool.serve.service import Service
+
+    store, trace = str(tokens_kb.path), tmp_path / "trace.jsonl"
+    shown = {}
+    r = runner.invoke(app, ["query", TOKENS_QUESTION, "--store", store, "--json", "--trace", str(trace)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["hits"][0]["doc_id"] == "alerts.md"
+    shown["query --json"], shown["trace"] = r.stdout, trace.read_text()
+    r = runner.invoke(app, ["query", TOKENS_QUESTION, "--store", store, "--context"])
+    assert r.exit_code == 0, r.output
+    shown["query --context"] = r.stdout
+
+    service = Service(tokens_kb.path)
+    r = TestClient(create_app(service), base_url="http://127.0.0.1").post("/v1/retrieve",
+                                                                         json={"question": TOKENS_QUESTION})
+    assert r.status_code == 200, r.text
+    shown["http"] = r.text
+
+    async def mcp_search():
+        async with Client(build_server(service)) as client:
+            res = await client.call_tool("search", {"question": TOKENS_QUESTION})
+            return json.dumps(res.structured_content) + "\n".join(c.text for c in res.content if c.type == "text")
+
+    shown["mcp"] = anyio.run(mcp_search)
+    for where, text in shown.items():
+        assert "alerts.md" in text, where  # the document was answered from ...
+        assert [t for t in TOKENS if t in text] == [], where  # ... and none of its tokens shown
+        if where != "trace":
+            assert text.count("[REDACTED:credentials]") >= 3, where
