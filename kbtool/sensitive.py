@@ -295,6 +295,8 @@ def _key_block_spans(text: str, plugin) -> list[tuple[int, int]]:
 
 
 _NOT_PLACEHOLDER = re.compile(_PLACEHOLDER)
+_SYMBOL = re.compile(r"[0-9!@#%^&*+/=_.-]")  # what a bare value needs (kbtool's own pattern asks the same) ...
+_URL_SYMBOL = re.compile(r"[0-9!#%^&*+=_.-]")  # ... and a URL's password
 
 
 def _literal(value: str) -> bool:
@@ -304,9 +306,11 @@ def _literal(value: str) -> bool:
 
 
 def _keyword_spans(text: str, low: str, plugin, words: tuple[str, ...]) -> list[tuple[int, int]]:
-    """Values the keyword plugin finds near a key word (``password: "..."``, ``"..." == secret``):
-    quoted, 4+ characters (at most 64 with a space: longer is prose), literal. The plugin reads a
-    line around each key word (its patterns backtrack: a 700-character line costs it 5 ms)."""
+    """Values the keyword plugin finds near a key word (``password: "..."``, ``"..." == secret``),
+    when literal: quoted, 4+ characters (at most 64 with a space: longer is prose); in backticks —
+    Markdown's code, as in ``Password: `required``` — only as a bare value counts (6+ characters, a
+    digit or symbol). The plugin reads a line around each key word (its patterns backtrack: a
+    700-character line costs it 5 ms)."""
     out, seen = [], set()
     for at in _occurrences(text, low, words):
         a = max(text.rfind("\n", 0, at) + 1, at - 80)
@@ -321,7 +325,7 @@ def _keyword_spans(text: str, low: str, plugin, words: tuple[str, ...]) -> list[
         for value in set(plugin.analyze_string(window)):
             if len(value) < 4 or (len(value) > 64 and any(c.isspace() for c in value)) or not _literal(value):
                 continue
-            for q in "\"'`":
+            for q in "\"'`" if len(value) >= 6 and _SYMBOL.search(value) else "\"'":
                 i = window.find(q + value + q)
                 while i >= 0:
                     out.append((a + i + 1, a + i + 1 + len(value)))
@@ -350,7 +354,7 @@ def _basic_auth_spans(text: str, plugin) -> list[tuple[int, int]]:
     for regex in plugin.denylist:
         for m in regex.finditer(text):
             value = m.group(1)
-            if len(value) >= 6 and re.search(r"[0-9!#%^&*+=_.-]", value) and _literal(value):
+            if len(value) >= 6 and _URL_SYMBOL.search(value) and _literal(value):
                 out.append(m.span(1))
     return out
 
