@@ -186,47 +186,47 @@ def _own_spans(text: str) -> list[tuple[int, int]]:
 
 
 # ---- detect-secrets (Yelp) plugins -----------------------------------------------------------
-# Formats of service tokens: each plugin's ``denylist`` regexes say where a token is (its
-# ``analyze_string`` says only what; kbtool redacts the span). A pattern that starts with a literal
-# is fast as it is; the others run only on a text holding (lowercased) one of the strings they
-# need. Left out on purpose: the high-entropy string detectors (in documentation a quoted
-# random-looking string is mostly a checksum, a commit or an example id the reader needs), the
-# public-IP detector (not a credential: 0.0.0.0, version numbers), and the detectors with no
-# string to test first — Telegram, Discord, Artifactory, Cloudant, IBM, SoftLayer (5-400 us per
-# chunk each; the last four look for ``..._key = "..."``, which the keyword plugin reads already).
-_TOKEN_PLUGINS = {
-    "aws.AWSKeyDetector": ("akia", "asia", "abia", "acca", "a3t", "aws"),
-    "stripe.StripeDetector": ("k_live_",),
-    "slack.SlackDetector": ("xox", "hooks.slack.com"),
-    "github_token.GitHubTokenDetector": None,
-    "jwt.JwtTokenDetector": None,
-    "twilio.TwilioKeyDetector": None,
-    "openai.OpenAIDetector": None,
-    "gitlab_token.GitLabTokenDetector": ("gl", "gr1348941"),
-    "npm.NpmDetector": None,
-    "pypi_token.PypiTokenDetector": None,
-    "sendgrid.SendGridDetector": None,
-    "square_oauth.SquareOAuthDetector": None,
-    "mailchimp.MailchimpDetector": ("-us",),
-    "azure_storage_key.AzureStorageKeyDetector": None,
-}
 _TOKEN_CHAR = re.compile(r"[A-Za-z0-9_+/=-]")
-_ARMOUR = re.compile(r"-{4,} ?")  # the dashes before BEGIN (-----BEGIN, SSH2's ---- BEGIN) ...
+_ARMOUR = re.compile(r"-{4,} ?$")  # the dashes before BEGIN (-----BEGIN, SSH2's ---- BEGIN) ...
 _ARMOUR_END = re.compile(r" ?-{4,}")  # ... and after END's words
 
 
 @lru_cache(maxsize=1)
 def _plugins():
-    """([(strings, [(token regex, check)])] of each token plugin, private-key plugin, keyword plugin, its key words (lowercase),
-    basic-auth plugin), made once: importing detect-secrets (and requests) costs ~0.13 s, paid on first use."""
-    import importlib
+    """(token plugins as [(strings, [(regex, check)])], the private-key, keyword and basic-auth
+    plugins, the keyword plugin's key words), made once: importing detect-secrets (and requests)
+    costs ~0.13 s, paid on first use."""
+    from detect_secrets.plugins import (aws, azure_storage_key, basic_auth, github_token, gitlab_token, jwt, keyword,
+                                        mailchimp, npm, openai, private_key, pypi_token, sendgrid, slack, square_oauth,
+                                        stripe, twilio)
 
-    from detect_secrets.plugins import basic_auth, keyword, private_key
-
+    # Formats of service tokens: each plugin's ``denylist`` regexes say where a token is (its
+    # ``analyze_string`` says only what; kbtool redacts the span). A pattern that starts with a
+    # literal is fast as it is; the others run only on a text holding (lowercased) one of the strings
+    # they need. Left out on purpose: the high-entropy string detectors (in documentation a quoted
+    # random-looking string is mostly a checksum, a commit or an example id the reader needs), the
+    # public-IP detector (not a credential: 0.0.0.0, version numbers), and the detectors with no
+    # string to test first — Telegram, Discord, Artifactory, Cloudant, IBM, SoftLayer (5-400 us per
+    # chunk each; the last four look for ``..._key = "..."``, which the keyword plugin reads already).
+    token_plugins = {
+        aws.AWSKeyDetector: ("akia", "asia", "abia", "acca", "a3t", "aws"),
+        stripe.StripeDetector: ("k_live_",),
+        slack.SlackDetector: ("xox", "hooks.slack.com"),
+        github_token.GitHubTokenDetector: None,
+        jwt.JwtTokenDetector: None,
+        twilio.TwilioKeyDetector: None,
+        openai.OpenAIDetector: None,
+        gitlab_token.GitLabTokenDetector: ("gl", "gr1348941"),
+        npm.NpmDetector: None,
+        pypi_token.PypiTokenDetector: None,
+        sendgrid.SendGridDetector: None,
+        square_oauth.SquareOAuthDetector: None,
+        mailchimp.MailchimpDetector: ("-us",),
+        azure_storage_key.AzureStorageKeyDetector: None,
+    }
     tokens = []
-    for name, needs in _TOKEN_PLUGINS.items():
-        module, cls = name.rsplit(".", 1)
-        plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)()
+    for cls, needs in token_plugins.items():
+        plugin = cls()
         valid = getattr(plugin, "is_formally_valid", None)  # the JWT plugin's check of its matches
         tokens.append((needs, tuple((regex, valid) for regex in plugin.denylist)))
     # the key words the keyword plugin's patterns need (api_?key -> key, password -> pass ...)
@@ -275,7 +275,7 @@ def _key_block_spans(text: str, plugin) -> list[tuple[int, int]]:
             head, start = m.group(0), m.start()
             if head.startswith("BEGIN"):
                 armour = _ARMOUR.search(text, max(0, start - 12), start)
-                if armour is None or armour.end() != start:
+                if armour is None:
                     continue
                 start, stop = armour.start(), "END" + head[len("BEGIN"):]
             elif text.startswith(":", m.end()):
