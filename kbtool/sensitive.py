@@ -4,13 +4,12 @@ Two sources of rules:
 
 * the built-in ``credentials`` rule (``postprocess.sensitive.credentials``): strings that look like
   secrets are redacted in results. Token formats come from detect-secrets' (Yelp) plugins — AWS,
-  Stripe, Slack, GitHub, JWT, Twilio, OpenAI, GitLab, npm, PyPI, SendGrid, Square, Telegram,
-  Discord, Mailchimp, Azure storage keys, private keys; its keyword plugin finds quoted
-  ``password: "..."``-style values and its basic-auth plugin a URL's password — and kbtool's own
-  patterns add ``sk-``/``github_pat_`` tokens, PEM blocks cut by chunking, bare ``password=``
-  values and URL passwords with symbols. Values that are placeholders (``<your key>``,
-  ``${API_KEY}``, ``:secret@``) stay; redacted is the secret only
-  (``postgres://admin:[REDACTED:credentials]@db``);
+  Stripe, Slack, GitHub, JWT, Twilio, OpenAI, GitLab, npm, PyPI, SendGrid, Square, Mailchimp,
+  Azure storage keys, private keys; its keyword plugin finds quoted ``password: "..."``-style
+  values and its basic-auth plugin a URL's password — and kbtool's own patterns add
+  ``sk-``/``github_pat_`` tokens, PEM blocks cut by chunking, bare ``password=`` values and URL
+  passwords with symbols. Values that are placeholders (``<your key>``, ``${API_KEY}``,
+  ``:secret@``) stay; redacted is the secret only (``postgres://admin:[REDACTED:credentials]@db``);
 * a lexicon file (``postprocess.sensitive.lexicon``, YAML or JSON) of categories, each with words
   or phrases (case-insensitive, whole words), regexes, and what to do with a question that
   matches (``refuse`` with the category's message, or ``allow``) and with a result that matches
@@ -369,6 +368,8 @@ def credential_spans(text: str) -> tuple[tuple[int, int], ...]:
                    + _keyword_spans(text, low, keyword, words) + _basic_auth_spans(text, basic_auth))
     merged: list[tuple[int, int]] = []
     for s, e in spans:
+        if e <= s:
+            continue
         if merged and s < merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], e))
         else:
