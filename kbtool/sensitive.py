@@ -3,9 +3,13 @@
 Two sources of rules:
 
 * the built-in ``credentials`` rule (``postprocess.sensitive.credentials``): strings that look like
-  secrets — AWS access key ids, ``sk-``/``ghp_``/``xox?-`` API tokens, JWTs, PEM private key
-  blocks, ``password=``/``api_key:`` assignments with a literal value, the password of a URL's
-  userinfo (``postgres://admin:[REDACTED:credentials]@db``) — are redacted in results;
+  secrets are redacted in results. Token formats come from detect-secrets' (Yelp) plugins — AWS,
+  Stripe, Slack, GitHub, JWT, Twilio, OpenAI, GitLab, npm, PyPI, SendGrid, Square, Mailchimp,
+  Azure storage keys, private keys; its keyword plugin finds quoted ``password: "..."``-style
+  values and its basic-auth plugin a URL's password — and kbtool's own patterns add
+  ``sk-``/``github_pat_`` tokens, PEM blocks cut by chunking, bare ``password=`` values and URL
+  passwords with symbols. Values that are placeholders (``<your key>``, ``${API_KEY}``,
+  ``:secret@``) stay; redacted is the secret only (``postgres://admin:[REDACTED:credentials]@db``);
 * a lexicon file (``postprocess.sensitive.lexicon``, YAML or JSON) of categories, each with words
   or phrases (case-insensitive, whole words), regexes, and what to do with a question that
   matches (``refuse`` with the category's message, or ``allow``) and with a result that matches
@@ -21,7 +25,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import Callable, Sequence
 
 from .errors import ContractError
 
@@ -70,6 +76,7 @@ class Category:
     show_match: bool = False  # a refusal's explanation may quote the word that matched
     regex: re.Pattern | None = None
     maybe: object = None  # a cheap test a text must pass before the regex runs (None: always run it)
+    find: Callable[[str], Sequence[tuple[int, int]]] | None = None  # the spans to redact, instead of the regex's matches
 
 
 @dataclass
@@ -97,7 +104,15 @@ class Rules:
         """(text with redactions, the category dropping it or None, {category: redactions})."""
         counts: dict[str, int] = {}
         for c in self.categories:
-            if c.results == "allow" or c.regex is None or (c.maybe is not None and not c.maybe(text)):
+            if c.results == "allow" or (c.regex is None and c.find is None) or (c.maybe is not None and not c.maybe(text)):
+                continue
+            if c.find is not None:
+                spans = c.find(text)
+                if spans and c.results == "drop":
+                    return text, c.name, counts
+                if spans:
+                    text = _replace(text, spans, f"[REDACTED:{c.name}]")
+                    counts[c.name] = counts.get(c.name, 0) + len(spans)
                 continue
             if c.results == "drop":
                 if c.regex.search(text):
@@ -158,8 +173,220 @@ def _maybe_credential(text: str) -> bool:
     return any(k in low for k in _KEYWORDS) or _BODY.search(text) is not None
 
 
+def _own_spans(text: str) -> list[tuple[int, int]]:
+    """kbtool's own credential patterns: each match, or for an assignment or a URL only its value."""
+    if not _maybe_credential(text):
+        return []
+    out = []
+    for m in _CRED_RE.finditer(text):
+        g = next((g for g in ("q1", "q2", "bare", "url") if m.group(g) is not None), 0)
+        out.append(m.span(g))
+    return out
+
+
+# ---- detect-secrets (Yelp) plugins -----------------------------------------------------------
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_+/=-]")
+_ARMOUR = re.compile(r"-{4,} ?$")  # the dashes before BEGIN (-----BEGIN, SSH2's ---- BEGIN) ...
+_ARMOUR_END = re.compile(r" ?-{4,}")  # ... and after END's words
+
+
+@lru_cache(maxsize=1)
+def _plugins():
+    """(token plugins as [(strings, [(regex, check)])], the private-key, keyword and basic-auth
+    plugins, the keyword plugin's key words), made once: importing detect-secrets (and requests)
+    costs ~0.13 s, paid on first use."""
+    from detect_secrets.plugins import (aws, azure_storage_key, basic_auth, github_token, gitlab_token, jwt, keyword,
+                                        mailchimp, npm, openai, private_key, pypi_token, sendgrid, slack, square_oauth,
+                                        stripe, twilio)
+
+    # Formats of service tokens: each plugin's ``denylist`` regexes say where a token is (its
+    # ``analyze_string`` says only what; kbtool redacts the span). A pattern that starts with a
+    # literal is fast as it is; the others run only on a text holding (lowercased) one of the strings
+    # they need. Left out on purpose: the high-entropy string detectors (in documentation a quoted
+    # random-looking string is mostly a checksum, a commit or an example id the reader needs), the
+    # public-IP detector (not a credential: 0.0.0.0, version numbers), and the detectors with no
+    # string to test first — Telegram, Discord, Artifactory, Cloudant, IBM, SoftLayer (5-400 us per
+    # chunk each; the last four look for ``..._key = "..."``, which the keyword plugin reads already).
+    token_plugins = {
+        aws.AWSKeyDetector: ("akia", "asia", "abia", "acca", "a3t", "aws"),
+        stripe.StripeDetector: ("k_live_",),
+        slack.SlackDetector: ("xox", "hooks.slack.com"),
+        github_token.GitHubTokenDetector: None,
+        jwt.JwtTokenDetector: None,
+        twilio.TwilioKeyDetector: None,
+        openai.OpenAIDetector: None,
+        gitlab_token.GitLabTokenDetector: ("gl", "gr1348941"),
+        npm.NpmDetector: None,
+        pypi_token.PypiTokenDetector: None,
+        sendgrid.SendGridDetector: None,
+        square_oauth.SquareOAuthDetector: None,
+        mailchimp.MailchimpDetector: ("-us",),
+        azure_storage_key.AzureStorageKeyDetector: None,
+    }
+    tokens = []
+    for cls, needs in token_plugins.items():
+        plugin = cls()
+        valid = getattr(plugin, "is_formally_valid", None)  # the JWT plugin's check of its matches
+        tokens.append((needs, tuple((regex, valid) for regex in plugin.denylist)))
+    # the key words the keyword plugin's patterns need (api_?key -> key, password -> pass ...)
+    words = {re.split(r"_\?", w)[-1] for w in keyword.DENYLIST}
+    words = tuple(sorted(w for w in words if not any(o != w and o in w for o in words)))
+    return tokens, private_key.PrivateKeyDetector(), keyword.KeywordDetector(), words, basic_auth.BasicAuthDetector()
+
+
+def _whole_token(text: str, start: int, end: int) -> tuple[int, int]:
+    """A token plugin's match grown to the whole token: its patterns may end early (Stripe's takes
+    24 characters of a longer key, a JWT's stops before the signature) or hold a delimiter."""
+    while start < end and not _TOKEN_CHAR.match(text, start):
+        start += 1
+    while end > start and not _TOKEN_CHAR.match(text, end - 1):
+        end -= 1
+    while start > 0 and text[start - 1].isalnum() and text[start - 1].isascii():
+        start -= 1
+    while end < len(text) and (_TOKEN_CHAR.match(text, end) or (text[end] == "." and _TOKEN_CHAR.match(text, end + 1))):
+        end += 1
+    return start, end
+
+
+def _token_spans(text: str, low: str, plugins) -> list[tuple[int, int]]:
+    out = []
+    for needs, patterns in plugins:
+        if needs is not None and not any(map(low.__contains__, needs)):
+            continue
+        for regex, valid in patterns:
+            for m in regex.finditer(text):
+                # the secret's group when the pattern has context before it (aws ... key ... "<secret>")
+                g = next((i for i in range(1, regex.groups + 1) if m.group(i) and m.start(i) > m.start()), 0)
+                if valid is None or valid(m.group(g)):
+                    out.append(_whole_token(text, *m.span(g)))
+    return out
+
+
+def _key_block_spans(text: str, plugin) -> list[tuple[int, int]]:
+    """Private keys the plugin finds by their first line, as whole blocks: to the END line, else to
+    the end of the text (a block chunking cut). A BEGIN line counts inside its dashes only, never
+    a mention in prose; PuTTY's key file ends with its Private-MAC line."""
+    if "PRIVATE KEY" not in text and "PuTTY" not in text:
+        return []
+    out = []
+    for regex in plugin.denylist:
+        for m in regex.finditer(text):
+            head, start = m.group(0), m.start()
+            if head.startswith("BEGIN"):
+                armour = _ARMOUR.search(text, max(0, start - 12), start)
+                if armour is None:
+                    continue
+                start, stop = armour.start(), "END" + head[len("BEGIN"):]
+            elif text.startswith(":", m.end()):
+                stop = "Private-MAC:"
+            else:
+                continue
+            at = text.find(stop, m.end())
+            if at < 0:
+                out.append((start, len(text)))
+            elif stop == "Private-MAC:":
+                nl = text.find("\n", at)
+                out.append((start, len(text) if nl < 0 else nl))
+            else:
+                tail = _ARMOUR_END.match(text, at + len(stop))
+                out.append((start, tail.end() if tail else at + len(stop)))
+    return out
+
+
+_NOT_PLACEHOLDER = re.compile(_PLACEHOLDER)
+_SYMBOL = re.compile(r"[0-9!@#%^&*+/=_.-]")  # what a bare value needs (kbtool's own pattern asks the same) ...
+_URL_SYMBOL = re.compile(r"[0-9!#%^&*+=_.-]")  # ... and a URL's password
+
+
+def _literal(value: str) -> bool:
+    """A value written as itself, not a placeholder (<your key>, ${API_KEY}, ****, YOUR_...) nor a
+    redaction already made."""
+    return _NOT_PLACEHOLDER.match(value) is not None and "[REDACTED:" not in value
+
+
+def _keyword_spans(text: str, low: str, plugin, words: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Values the keyword plugin finds near a key word (``password: "..."``, ``"..." == secret``),
+    when literal: quoted, 4+ characters (at most 64 with a space: longer is prose); in backticks —
+    Markdown's code, as in ``Password: `required``` — only as a bare value counts (6+ characters, a
+    digit or symbol). The plugin reads a line around each key word (its patterns backtrack: a
+    700-character line costs it 5 ms)."""
+    out, seen = [], set()
+    for at in _occurrences(text, low, words):
+        a = max(text.rfind("\n", 0, at) + 1, at - 80)
+        b = text.find("\n", at)
+        b = min(len(text) if b < 0 else b, at + 160)
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        window = text[a:b]  # each of the plugin's forms needs a quote and one of : = ; (key: "v", key == "v", key ... "v";)
+        if not (any(map(window.__contains__, "\"'`")) and any(map(window.__contains__, ":=;"))):
+            continue
+        for value in set(plugin.analyze_string(window)):
+            if len(value) < 4 or (len(value) > 64 and any(c.isspace() for c in value)) or not _literal(value):
+                continue
+            for q in "\"'`" if len(value) >= 6 and _SYMBOL.search(value) else "\"'":
+                i = window.find(q + value + q)
+                while i >= 0:
+                    out.append((a + i + 1, a + i + 1 + len(value)))
+                    i = window.find(q + value + q, i + 1)
+    return sorted(set(out))
+
+
+def _occurrences(text: str, low: str, words: tuple[str, ...]):
+    """Where the words are in ``text`` (``low``: it lowercased; str.find is ten times a regex)."""
+    if len(low) != len(text):  # a character whose lowercase is longer (İ): positions differ
+        yield from (m.start() for m in re.finditer("|".join(map(re.escape, words)), text, re.IGNORECASE))
+        return
+    for w in words:
+        i = low.find(w)
+        while i >= 0:
+            yield i
+            i = low.find(w, i + 1)
+
+
+def _basic_auth_spans(text: str, plugin) -> list[tuple[int, int]]:
+    """A URL's password the basic-auth plugin finds, when it looks real as kbtool's URL pattern
+    asks: 6+ characters, a digit or symbol, literal (``user:password@``, ``:secret@`` stay)."""
+    if "://" not in text or "@" not in text:
+        return []
+    out = []
+    for regex in plugin.denylist:
+        for m in regex.finditer(text):
+            value = m.group(1)
+            if len(value) >= 6 and _URL_SYMBOL.search(value) and _literal(value):
+                out.append(m.span(1))
+    return out
+
+
+@lru_cache(maxsize=8192)
+def credential_spans(text: str) -> tuple[tuple[int, int], ...]:
+    """Where the credentials in ``text`` are: sorted, overlapping findings merged. Remembered for
+    the last 8,192 texts (~4 MB): eval, calibrate and serve scan the same chunks again and again."""
+    tokens, key, keyword, words, basic_auth = _plugins()
+    low = text.lower()
+    spans = sorted(_own_spans(text) + _token_spans(text, low, tokens) + _key_block_spans(text, key)
+                   + _keyword_spans(text, low, keyword, words) + _basic_auth_spans(text, basic_auth))
+    merged: list[tuple[int, int]] = []
+    for s, e in spans:
+        if e <= s:
+            continue
+        if merged and s < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return tuple(merged)
+
+
+def _replace(text: str, spans: Sequence[tuple[int, int]], mark: str) -> str:
+    out, at = [], 0
+    for s, e in spans:
+        out += [text[at:s], mark]
+        at = e
+    return "".join(out) + text[at:]
+
+
 def credentials_category(action: str) -> Category:
-    return Category(CREDENTIALS, question="allow", results=action, regex=_CRED_RE, maybe=_maybe_credential)
+    return Category(CREDENTIALS, question="allow", results=action, find=credential_spans)
 
 
 _FORMAT_HELP = ("write a YAML or JSON mapping `categories: {NAME: {words: [...], patterns: [...], "

@@ -1,35 +1,39 @@
-"""bm25s (what the store uses) must score exactly like a plain BM25 with Lucene's IDF, the reference."""
+"""The store's BM25 (bm25s) must score as rank_bm25's BM25Okapi, the reference, given the same IDF.
+
+rank_bm25 scores idf x tf (k1 + 1) / (tf + k1 (1 - b + b |d| / avgdl)); bm25s, and so kbtool, the
+same without the constant (k1 + 1). The IDF is where they differ by design: BM25Okapi's is
+Robertson's, log((N - df + 0.5) / (df + 0.5)), negative for a term in more than half the documents
+(floored at epsilon x the mean IDF); kbtool's (``DEFAULT_PARAMS``) is Lucene's,
+log(1 + (N - df + 0.5) / (df + 0.5)), never negative. So the reference is BM25Okapi with only its
+IDF replaced by Lucene's: everything else (term and document frequencies, lengths, the sum over
+the query's tokens) is rank_bm25's own."""
 
 import math
-from collections import Counter
 
 import numpy as np
 import pytest
+from rank_bm25 import BM25Okapi
 
 from kbtool.store.analyzer import Analyzer
 from kbtool.store.bm25 import DEFAULT_PARAMS as BM25_PARAMS
 from kbtool.store.bm25 import BM25Index
 
 
-class ReferenceBM25:
-    """BM25 written out: idf = log(1 + (N - df + 0.5) / (df + 0.5)) (Lucene's, never negative),
-    tf part = tf / (tf + k1 (1 - b + b |d| / avgdl))."""
+class LuceneOkapi(BM25Okapi):
+    """rank_bm25's BM25Okapi with Lucene's IDF."""
 
-    def __init__(self, docs: list[list[str]], k1: float, b: float):
-        self.tfs = [Counter(d) for d in docs]
-        self.lens = [len(d) for d in docs]
-        self.avg = sum(self.lens) / len(docs)
-        df = Counter(t for d in docs for t in set(d))
-        n = len(docs)
-        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
-        self.k1, self.b = k1, b
+    def _calc_idf(self, nd):
+        n = self.corpus_size
+        self.idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t, df in nd.items()}
 
-    def get_scores(self, query: list[str]) -> np.ndarray:
-        out = np.zeros(len(self.tfs))
-        for i, (tf, length) in enumerate(zip(self.tfs, self.lens)):
-            norm = self.k1 * (1 - self.b + self.b * length / self.avg)
-            out[i] = sum(self.idf[t] * tf[t] / (tf[t] + norm) for t in query if t in tf)
-        return out
+
+def reference(tokens: list[list[str]]) -> LuceneOkapi:
+    assert BM25_PARAMS["method"] == "lucene"  # the IDF LuceneOkapi gives
+    return LuceneOkapi(tokens, k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
+
+
+def reference_scores(ref: LuceneOkapi, query: list[str]) -> np.ndarray:
+    return ref.get_scores(query) / (ref.k1 + 1)
 
 
 @pytest.fixture(scope="module")
@@ -46,33 +50,57 @@ QUERIES = [
 ]
 
 
-def test_rankings_match_the_reference(corpus, tmp_path):
+def test_scores_and_rankings_match_rank_bm25(corpus, tmp_path):
     ids, tokens = corpus
+    assert len(ids) >= 100
     BM25Index.build(tmp_path / "bm25", ids, tokens, BM25_PARAMS)
     ours = BM25Index.load(tmp_path / "bm25")
-    ref = ReferenceBM25(tokens, k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"])
+    assert ours.chunk_ids == ids
+    ref = reference(tokens)
     analyzer = Analyzer()
     for q in QUERIES:
         qt = analyzer(q)
-        ref_scores = ref.get_scores(qt)
+        expected = reference_scores(ref, qt)
+        assert (expected > 0).sum() >= 2, q
+        # the same score for every chunk (bm25s stores float32) ...
+        np.testing.assert_allclose(ours.scores(qt), expected, rtol=1e-5, atol=1e-6, err_msg=q)
+        # ... hence the same top-10 in the same order (ties by id)
         got = ours.search(qt, k=10)
-        assert got, q
-        # Same scores ...
-        for cid, score in got:
-            assert score == pytest.approx(ref_scores[ids.index(cid)], rel=1e-4)
-        # ... hence the same top-10 in the same order (ties by id).
-        order = sorted(range(len(ids)), key=lambda i: (-round(ref_scores[i], 4), ids[i]))
-        expected = [ids[i] for i in order if ref_scores[i] > 0][:10]
-        assert [c for c, _ in got] == expected, q
+        order = sorted(range(len(ids)), key=lambda i: (-round(expected[i], 4), ids[i]))
+        assert [c for c, _ in got] == [ids[i] for i in order if expected[i] > 0][:10], q
 
 
-def test_filter_mask_only_scores_allowed_chunks(corpus, tmp_path):
+def test_a_term_in_most_documents_scores_as_lucene_idf_says(tmp_path):
+    """Six documents, "relay" in four: Robertson's IDF (rank_bm25's own) gives it no weight, Lucene's
+    (kbtool's) some, and kbtool's scores are LuceneOkapi's."""
+    docs = [["relay", "restarts", "relay"], ["relay", "port"], ["relay", "timeout", "proxy", "hosts"],
+            ["relay", "log", "levels"], ["refund", "window"], ["billing", "team", "refund"]]
+    ids = [f"d{i}" for i in range(len(docs))]
+    BM25Index.build(tmp_path / "bm25", ids, docs, BM25_PARAMS)
+    ours = BM25Index.load(tmp_path / "bm25")
+    for query in (["relay"], ["refund", "relay"], ["relay", "relay", "port"], ["window"]):
+        np.testing.assert_allclose(ours.scores(query), reference_scores(reference(docs), query), rtol=1e-5, atol=1e-6)
+    robertson = BM25Okapi(docs, k1=BM25_PARAMS["k1"], b=BM25_PARAMS["b"], epsilon=0)  # its negative IDF floored at 0
+    assert not robertson.get_scores(["relay"]).any() and (ours.scores(["relay"]) > 0).sum() == 4
+    assert [c for c, _ in ours.search(["relay"], k=10)] == ["d0", "d1", "d3", "d2"]  # twice first, then the shorter
+
+
+def test_filter_mask_scores_as_an_index_of_the_allowed_chunks(corpus, tmp_path):
+    """A filtered search's statistics (N, average length, document frequencies) count the allowed
+    chunks only: the scores of rank_bm25 built from those chunks alone."""
     ids, tokens = corpus
     BM25Index.build(tmp_path / "bm25", ids, tokens, BM25_PARAMS)
     index = BM25Index.load(tmp_path / "bm25")
-    allowed = {c for c in ids if c.startswith("zh/")}
-    got = index.search(Analyzer()("sync conflict 同步冲突 refund"), k=50, mask=index.mask(allowed))
-    assert got and all(c in allowed for c, _ in got)
+    keep = [i for i, c in enumerate(ids) if c.startswith(("zh/", "manual/"))]
+    assert 5 <= len(keep) < len(ids)
+    mask = index.mask({ids[i] for i in keep})
+    ref = reference([tokens[i] for i in keep])
+    qt = Analyzer()("sync conflict 同步冲突 refund proxy")
+    got = index.scores(qt, mask, scoped=index.scoped(mask))
+    assert not got[~mask].any()
+    np.testing.assert_allclose(got[keep], reference_scores(ref, qt), rtol=1e-5, atol=1e-6)
+    assert (got[keep] > 0).sum() >= 2
+    assert all(c in {ids[i] for i in keep} for c, _ in index.search(qt, k=50, mask=mask))
 
 
 def test_unknown_terms_give_no_results(corpus, tmp_path):
@@ -83,5 +111,5 @@ def test_unknown_terms_give_no_results(corpus, tmp_path):
 
 def test_empty_index(tmp_path):
     BM25Index.build(tmp_path / "bm25", [], [], BM25_PARAMS)
-    assert BM25Index.load(tmp_path / "bm25").search(["anything"], k=5) == []
-    assert np is not None
+    index = BM25Index.load(tmp_path / "bm25")
+    assert index.search(["anything"], k=5) == [] and index.scores(["anything"]) is None

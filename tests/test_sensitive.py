@@ -298,3 +298,121 @@ def test_spelling_suggestions_never_offer_a_secret():
     notes = [f"instead of 'x', the index has: {SK.lower()}", f"instead of 'y', the index has: {AWS.lower()}",
              "instead of 'colour', the index has: color, tw-e4031"]
     assert safe_notes(Sensitive().rules(), notes) == notes[2:]
+
+
+# ---- detect-secrets' formats: a Stripe live key, a Slack token, a GitHub token ---------------
+# Fake tokens in the services' formats, built so that this file holds none verbatim.
+STRIPE = "sk_" + "live_" + "51Hq8ZkLm2Vt9Rx4Wc7Nb3Yd"
+SLACK = "xoxb-" + "2934712049-5819273645018-" + "q8Jf3LmZt0Wc7Vb2Nn4Rx9Ky"
+GITHUB = "ghp_" + "Zr7Kq2Wm9Tx4Lb8Nc3Vd6Hf1Gj5Ps0Ya2Eu7"
+TOKENS = [STRIPE, SLACK, GITHUB]
+TOKENS_QUESTION = "which keys does the alerting bot of the payment service use"
+
+
+@pytest.fixture(scope="module")
+def tokens_kb(tmp_path_factory, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    base = tmp_path_factory.mktemp("tokens")
+    write(base / "docs" / "alerts.md", (
+        "# The alerting bot of the payment service\n\nThe alerting bot of the payment service charges with "
+        f"the Stripe key {STRIPE}, posts to the ops channel with the Slack token {SLACK} and opens "
+        f"issues with the GitHub token {GITHUB}.\n\n```\nSTRIPE_KEY={STRIPE}\n```\n"))
+    write(base / "docs" / "refund.md", DOCS["refund.md"])
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "docs"], embedder=embedder).failed
+    return store
+
+
+def test_service_tokens_never_reach_any_answer(tokens_kb, tmp_path):
+    """query --json (and its --trace record), query --context, the HTTP answer and the MCP answer."""
+    import anyio
+    from fastapi.testclient import TestClient
+    from mcp import Client
+
+    from kbtool.serve.http import create_app
+    from kbtool.serve.mcp import build_server
+    from kbtool.serve.service import Service
+
+    store, trace = str(tokens_kb.path), tmp_path / "trace.jsonl"
+    shown = {}
+    r = runner.invoke(app, ["query", TOKENS_QUESTION, "--store", store, "--json", "--trace", str(trace)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["hits"][0]["doc_id"] == "alerts.md"
+    shown["query --json"], shown["trace"] = r.stdout, trace.read_text()
+    r = runner.invoke(app, ["query", TOKENS_QUESTION, "--store", store, "--context"])
+    assert r.exit_code == 0, r.output
+    shown["query --context"] = r.stdout
+
+    service = Service(tokens_kb.path)
+    r = TestClient(create_app(service), base_url="http://127.0.0.1").post("/v1/retrieve",
+                                                                         json={"question": TOKENS_QUESTION})
+    assert r.status_code == 200, r.text
+    shown["http"] = r.text
+
+    async def mcp_search():
+        async with Client(build_server(service)) as client:
+            res = await client.call_tool("search", {"question": TOKENS_QUESTION})
+            return json.dumps(res.structured_content) + "\n".join(c.text for c in res.content if c.type == "text")
+
+    shown["mcp"] = anyio.run(mcp_search)
+    for where, text in shown.items():
+        assert "alerts.md" in text, where  # the document was answered from ...
+        assert [t for t in TOKENS if t in text] == [], where  # ... and none of its tokens shown
+        if where != "trace":
+            assert text.count("[REDACTED:credentials]") >= 3, where
+
+
+FAKE = "Zq8vL2mN4pR7sT1wX5yB9cD3fG6hJ0kQ2eU7aB4cD9eF1gH3iJ5kL7mN9oP1qR3sT5uV7wX9yZ"
+HEX32 = "9f3b2c1d4e5f60718293a4b5c6d7e8f9"
+
+
+@pytest.mark.parametrize("text, secret", [
+    # the rule's own patterns missed each of these (detect-secrets' plugins find them)
+    (f"charge with sk_{'live_'}{FAKE[:40]} today", f"sk_{'live_'}{FAKE[:40]}"),  # redacted whole, past the 24 the plugin reads
+    (f"restricted rk_{'live_'}{FAKE[:24]}", f"rk_{'live_'}{FAKE[:24]}"),
+    (f"hook https://hooks.slack.com/services/T0A1B2C3D4/B5E6F7G8H/{FAKE[:24]}", FAKE[:24]),
+    (f"the ACCA{'QX7RZ2MB4TKW9PLD'} key id", f"ACCA{'QX7RZ2MB4TKW9PLD'}"),
+    (f'aws key: "wJalrXUtnFEMI/K7MDENG/{FAKE[:18]}"', f"wJalrXUtnFEMI/K7MDENG/{FAKE[:18]}"),
+    (f"sid AC{HEX32} and SK{HEX32[::-1]}", HEX32),
+    (f"token glpat-{FAKE[:20]}", f"glpat-{FAKE[:20]}"),
+    (f"pypi-AgEIcHlwaS5vcmc{FAKE[:70]}", FAKE[:70]),
+    (f"SG.{FAKE[:22]}.{FAKE[22:65]}", FAKE[22:65]),
+    (f"sq0csp-{FAKE[:43]}", FAKE[:43]),
+    (f"{HEX32}-us12 is the key", HEX32),
+    (f"DefaultEndpointsProtocol=https;AccountName=x;AccountKey={(FAKE * 2)[:86]}==", FAKE[:60]),
+    ("jwt eyJhbGciOiJub25lIn0.eyJzdWIiOiIxMjMifQ. unsigned", "eyJzdWIiOiIxMjMifQ"),
+    (f"-----BEGIN PGP {'PRIVATE'} KEY BLOCK-----\n\nlQOYBF{FAKE[:40]}\n-----END PGP PRIVATE KEY BLOCK-----\nafter",
+     FAKE[:40]),
+    (f"---- BEGIN SSH2 ENCRYPTED {'PRIVATE'} KEY ----\nComment: x\nP2/56w{FAKE[:40]}\n---- END SSH2 ENCRYPTED "
+     "PRIVATE KEY ----", FAKE[:40]),
+    (f"PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: 1\n{FAKE[:40]}\nPrivate-MAC: 8f3b2c1d\nafter",
+     FAKE[:40]),
+    ('if not (credentials.password == "swordfish"):', "swordfish"),
+    ('db_pass = "Zq8vL2mN"', "Zq8vL2mN"),
+    ('{"auth_key": "Zq8vL2mN4pR7"}', "Zq8vL2mN4pR7"),
+])
+def test_detect_secrets_formats_are_redacted(text, secret):
+    from kbtool.contract import Sensitive
+
+    out, dropped, counts = Sensitive().rules().scan(text)
+    assert secret not in out and "[REDACTED:credentials]" in out and counts["credentials"] >= 1
+    assert out.endswith(("today", "key id", "after", "unsigned", "is the key", '"):', '"', '"}', "]")), out  # the text around stays
+
+
+@pytest.mark.parametrize("text", [
+    # what detect-secrets' high-entropy, public-IP detectors (not used) flag; a key's name in prose
+    '"sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"',
+    'commit = "a94a8fe5ccb19ba61c4c0873d391e987982fbbd3"',
+    '"request_id": "Zq8vL2mN4pR7sT1wX5yB9cD3fG6hJ0kQ"',
+    "uvicorn main:app --host 0.0.0.0 --port 80",
+    "a PEM file begins with BEGIN RSA PRIVATE KEY and ends with END RSA PRIVATE KEY",
+    # the keyword plugin's placeholders, and Markdown code that is no password
+    'password: "<your-password>", api_key = "YOUR_API_KEY", secret: "${SECRET}"',
+    "See the Password: `required` field; the secret: `str` type",
+])
+def test_what_the_credentials_rule_leaves_alone(text):
+    from kbtool.contract import Sensitive
+
+    assert Sensitive().rules().scan(text) == (text, None, {})
