@@ -5,7 +5,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
+from ..store.models import check_sizing, model_spec
+from ._common import AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()

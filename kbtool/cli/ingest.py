@@ -7,7 +7,8 @@ import typer
 
 from ..ingestion.parse import size_limits_text
 from . import app
-from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, ContractOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ..store.models import check_sizing, model_spec
+from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, ContractOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 

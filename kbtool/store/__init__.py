@@ -18,15 +18,15 @@ from typing import Callable
 from .. import __version__
 from ..errors import StoreError
 from . import manifest as mf
-from .bm25 import BM25Index
+from .bm25 import BM25Index, effective_params
 from .catalog import Catalog
 from .chunks import ChunksView
 from .documents import DocumentsView
-from .engines import open_vectors
+from .engines import open_vectors, vectors_record
 from .files import readonly_error, storage_error, writable, write_json
 from .filtered import FilteredSearch
 from .lock import WriterLock
-from .models import ModelsView
+from .models import ModelsView, check_addition, check_new_model, check_vectors
 from .vectors import VectorIndex
 
 DEFAULT_STORE = ".kb"
@@ -34,16 +34,6 @@ DEFAULT_STORE = ".kb"
 
 def default_store_path() -> Path:
     return Path(os.environ.get("KBTOOL_STORE") or DEFAULT_STORE)
-
-
-def _vectors_record(vectors: str | dict | None) -> dict | None:
-    if vectors is None:
-        return None
-    from .chroma_server import server_record
-
-    if isinstance(vectors, str):
-        return server_record(vectors)
-    return server_record(vectors["url"], vectors.get("tenant"), vectors.get("database"), vectors.get("collection"))
 
 
 class Store(ModelsView, DocumentsView, ChunksView):
@@ -71,11 +61,13 @@ class Store(ModelsView, DocumentsView, ChunksView):
         """``model``: a new store's embedding model (name, path, ``openai:URL#name``, EmbeddingSpec).
         ``vectors``: where a new store keeps its vectors: None (Chroma embedded, in the store folder), a
         Chroma server's URL, or ``{"url", "tenant", "database", "collection"}`` (see ``chroma_server``);
-        an existing store keeps what its manifest records (``vectors_differ`` compares)."""
+        an existing store keeps what its manifest records: ``vectors`` naming another is a UsageError."""
         path = Path(path) if path else default_store_path()
         if not mf.check_folder(path, create):
-            mf.create(path, model, __version__, _vectors_record(vectors))
-        return cls(path, mf.read(path))
+            mf.create(path, model, __version__, vectors_record(vectors))
+        store = cls(path, mf.read(path))
+        check_vectors(store, {"url": vectors} if isinstance(vectors, str) else vectors)
+        return store
 
     def close(self) -> None:
         self.catalog.close()
@@ -119,46 +111,26 @@ class Store(ModelsView, DocumentsView, ChunksView):
 
     def add_model(self, model, name: str | None = None) -> str:
         """Record a further embedding model (name, path, ``use-m``, ``openai:URL#name`` or spec) as dense
-        retriever ``dense:NAME``; its vectors are made by the next ``index``. Returns the retriever name."""
-        from ..embed import check_available
-
-        spec = mf.spec_of(model)
-        name = mf.model_slug(name or mf.default_model_name(spec))
-        check_available(spec)  # fail before anything is written
+        retriever ``dense:NAME``; its vectors are made by the next ``index``. Returns the retriever name.
+        A model new to the store must embed a text first (``models.check_new_model``)."""
+        spec, name = check_new_model(self, model, name)
         with self.writing():
             models = self.manifest.setdefault("models", {})
-            if spec.model == self.model_id:
-                raise StoreError(f"{spec.model} is already the store's model (retriever dense): nothing to add")
-            for other, rec in models.items():
-                if rec["model"] == spec.model and other != name:
-                    raise StoreError(f"{spec.model} is already in store {self.path} as dense:{other}")
-            if name in models:
-                if models[name]["model"] != spec.model:
-                    raise StoreError(f"dense:{name} is {models[name]['model']}, not {spec.model}: drop it first "
-                                     f"(`kbtool index --drop-model {name}`) or choose another name")
+            if check_addition(self, spec, name):  # the same model under the same name: nothing to do
                 return f"dense:{name}"
             # A collection left by a crash between a drop's manifest write and its collection drop
-            # holds another model's vectors under the same hashes: never reuse it.
-            # (No chroma/: nothing left over; opening Chroma would make an empty one, which the
-            # store would take for its vectors.)
+            # holds another model's vectors under the same hashes: never reuse it. (No chroma/: nothing
+            # left over; opening Chroma would make an empty one, taken for the store's vectors.)
             if self._vectors_made() and (self._on_server() or writable(self.path / "chroma")):
                 open_vectors(self.path, self.manifest, retriever=f"dense:{name}").drop()
             models[name] = {**mf.embedding_record(spec), "indexed_generation": -1}
             self.save_manifest()
         return f"dense:{name}"
-    def suggest_multilingual(self, at_least: float = 0.1) -> float | None:
-        """The share of chunks holding CJK text, when it is ``at_least`` and the store has no model that
-        reads it (an added model, or a primary model other than the bundled English one) — said once
-        per store: the manifest remembers it was said. None otherwise."""
-        from ..embed import DEFAULT_MODEL
-        from .analyzer import CJK
 
-        m = self.manifest
-        if m.get("models") or m["embedding"]["model"] != DEFAULT_MODEL or m.get("said_multilingual"):
-            return None
-        texts = [t for _, t in self.catalog.chunk_texts()]
-        share = sum(1 for t in texts if CJK.search(t)) / len(texts) if texts else 0.0
-        if share < at_least:
+    def suggest_multilingual(self, at_least: float = 0.1) -> float | None:
+        """``cjk_share()`` when it is ``at_least``, said once per store: the manifest remembers it was said."""
+        share = self.cjk_share()
+        if share is None or share < at_least:
             return None
         with self.writing():
             self.manifest["said_multilingual"] = True
@@ -213,6 +185,52 @@ class Store(ModelsView, DocumentsView, ChunksView):
         with self.writing():
             self.manifest["sources"] = sources
             self.save_manifest()
+
+    def record_ingest(self, markup: dict | None, absorbed: list[str]) -> None:
+        """An ingest ran: the Markdown rules it applied, the source records of folders ``absorbed`` by
+        one ingested now dropped, its time."""
+        if markup is not None:
+            self.manifest["markup"] = markup
+        for root in absorbed:
+            self.manifest["sources"].pop(root)
+        self.manifest["last_ingest"] = mf.now_iso()
+        self.save_manifest()
+
+    def record_chunking(self, params: dict) -> None:
+        """The chunking parameters in use (``ChunkParams.to_dict()``), saved before any chunk is written."""
+        if self.manifest.get("chunking") != params:
+            self.manifest["chunking"] = params
+            self.save_manifest()
+
+    # ---- what index writes: stale first, current last ---------------------------------------
+    def mark_stale(self, spec) -> None:
+        """Before a rebuild with ``spec``: no index is current (an interrupted rebuild must not look
+        current), and no model's width is known (a name may now serve another model)."""
+        self.manifest["indexed_generation"] = -1
+        self.manifest["embedding"] = mf.embedding_record(spec)
+        for rec in self.manifest.get("models", {}).values():
+            rec["indexed_generation"] = -1
+            rec["dim"] = None
+        self.save_manifest()
+
+    def mark_indexed(self, generation: int, name: str = "dense") -> None:
+        """Dense retriever ``name`` (``dense``: with BM25) holds catalog ``generation``; saved."""
+        (self.manifest if name == "dense" else self.model_record(name))["indexed_generation"] = generation
+        self.save_manifest()
+
+    def record_embedding(self, name: str, fields: dict) -> None:
+        """What embedding with ``name``'s model showed (URL, width, limit, runtime); saved by ``mark_indexed``."""
+        self.model_record(name).update(fields)
+
+    def record_bm25(self, built_with: dict | None = None) -> dict:
+        """Without ``built_with``: the BM25 parameters move to the current ones (a robertson store to
+        Lucene's IDF); returns what the index on disk was built with. With it: the index holds that."""
+        if built_with is not None:
+            self.manifest["bm25_built_with"] = built_with
+            return built_with
+        before = mf.bm25_built_with(self.manifest)
+        self.manifest["bm25"] = effective_params(self.manifest["bm25"])
+        return before
 
     def reopen(self) -> None:
         """Take in what other processes wrote: manifest, BM25 and every vector index read afresh.

@@ -58,6 +58,18 @@ class ChunksView:
         raise StoreError(f"the indexes of {self.path} are behind its catalog: run `kbtool index`")
 
     # ---- chunks and vectors --------------------------------------------------------------
+    def chunks_for_index(self) -> list:
+        """Every chunk's id, hash, text, prefix and metadata, as index embeds and analyses them."""
+        return self.catalog.chunks_for_index()
+
+    def cached_vectors(self, key: str, hashes: set[str]) -> dict:
+        """content hash -> vector the embedding cache holds for model ``key`` (a spec's ``cache_key``)."""
+        return self.catalog.cached_vectors(key, hashes)
+
+    def cache_vectors(self, key: str, items: list) -> None:
+        """Keep (content hash, vector) pairs of model ``key`` in the embedding cache."""
+        self.catalog.cache_vectors(key, items)
+
     def document_dating(self, doc_ids: list[str]) -> dict[str, tuple[dict, float | None]]:
         """doc_id -> (metadata, file mtime) of these documents: what their dates are read from."""
         return self.catalog.document_dating(doc_ids)
