@@ -72,7 +72,8 @@ def add_models(kb, models: list[str] | None) -> list[str]:
 
 # Library errors name the parameter they are about ("folds 1: must be at least 2"); the CLI shows
 # a message that starts with one of these names with the flag instead ("--folds 1: ...").
-FLAGS = {"model name": "--add-model NAME", "ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
+FLAGS = {"model name": "--add-model NAME", "contracts": "--contract", "baseline": "--baseline", "out_dir": "--out",
+         "fail_under_recorded": "--fail-under-recorded", "ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
          "recorded gate": "--fail-under-recorded", "qrels": "--qrels", "objective": "--objective",
          "folds": "--folds", "max_false_answer": "--max-false-answer", "max_false_refusal": "--max-false-refusal"}
 

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..query.retriever import parse_mode
 from .compare import best_single, is_single_mode
 from .metrics import DEFAULT_METRICS, METRICS, RATE_NEEDS, RATES, distinct, refusal_rates, round6, score  # noqa: F401 (re-exported)
-from .questions import Question, QuestionSet
+from .questions import DEFAULT_DEPTH, Question, QuestionSet
 from .units import EvidenceMatcher, level_of, units
 
 DEFAULT_KS = (1, 3, 5, 10)
@@ -30,7 +30,7 @@ class EvalConfig:
     ks: Sequence[int] = DEFAULT_KS
     metrics: Sequence[str] = DEFAULT_METRICS
     level: str = "auto"  # auto | doc | chunk
-    depth: int = 100
+    depth: int = DEFAULT_DEPTH
     thresholds: dict[str, float] = field(default_factory=dict)
     filters: list[str] | dict = field(default_factory=list)
     contract_names: Sequence[str] = ()  # modes that name a contract (eval --contract a.yaml --contract b.yaml)
