@@ -336,13 +336,8 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
             hits = ans.hits
             ranking, unit_scores, qrels = units(hits, q, level, matcher)
             top = ans.confidence
-            threshold = config.thresholds.get(mode)
-            if threshold is not None:
-                refused = not hits or top < threshold
-                decision = "refuse" if refused else (ans.decision if ans.decision != "refuse" else "answer")
-            else:
-                refused = ans.decision == "refuse"
-                decision = ans.decision
+            decision = _decision(ans, config.thresholds.get(mode))
+            refused = decision == "refuse"
             first = next((n for n, u in enumerate(ranking, start=1) if qrels.get(u, 0) >= 1), None)
             modes[mode] = ModeResult(
                 ranking, unit_scores, qrels, top, refused, first,
@@ -355,6 +350,22 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
 
     restricted = access_tags(base, principal, allow) is not None
     return EvalReport(qs, config, results, _store_info(store, restricted), source=source, decided_by=decided_by)
+
+
+def _decision(ans, threshold: float | None) -> str:
+    """The answer's decision, or with a threshold of ``config.thresholds`` for its mode, ``decide()``'s
+    over the contract's thresholds with that refuse threshold instead: refuse below it (or with no
+    hit); above it the contract's own decision stands, its refuse read as answer."""
+    if threshold is None:
+        return ans.decision
+    from ..contract import Thresholds
+    from ..query.decide import decide
+
+    # model_construct: a threshold outside [0, 1] (refuse all, or nothing) is the caller's to give.
+    th = Thresholds.model_construct(answer=threshold, low_confidence=threshold)
+    if decide(ans.confidence if ans.hits else None, th) == "refuse":
+        return "refuse"
+    return "answer" if ans.decision == "refuse" else ans.decision
 
 
 def _store_info(store, restricted: bool = False) -> dict:
