@@ -57,23 +57,24 @@ AddModelOpt = Annotated[
 ]
 
 
+def split_add_model(arg: str) -> tuple[str | None, str]:
+    """(NAME or None, MODEL) of an --add-model ``[NAME=]MODEL``."""
+    import re
+
+    m = re.match(r"^([^=/\\:]*)=(.+)$", arg)  # NAME=MODEL; a path or URL holds '/' or ':' before any '='
+    return (m.group(1), m.group(2)) if m else (None, arg)
+
+
 def add_models(kb, models: list[str] | None) -> list[str]:
     """Record each ``[NAME=]MODEL`` of --add-model in the store (``Store.add_model`` checks it); the
     retriever names."""
-    import re
-
-    names = []
-    for arg in models or []:
-        m = re.match(r"^([^=/\\:]*)=(.+)$", arg)  # NAME=MODEL; a path or URL holds '/' or ':' before any '='
-        name, model = (m.group(1), m.group(2)) if m else (None, arg)
-        names.append(kb.add_model(model, name))
-    return names
+    return [kb.add_model(model, name) for name, model in map(split_add_model, models or [])]
 
 
 # Library errors name the parameter they are about ("folds 1: must be at least 2"); the CLI shows
 # a message that starts with one of these names with the flag instead ("--folds 1: ...").
 FLAGS = {"model name": "--add-model NAME", "contracts": "--contract", "baseline": "--baseline", "out_dir": "--out",
-         "fail_under_recorded": "--fail-under-recorded", "ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
+         "fail_under_recorded": "--fail-under-recorded", "id prefix": "--id-prefix", "ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
          "recorded gate": "--fail-under-recorded", "qrels": "--qrels", "objective": "--objective",
          "folds": "--folds", "max_false_answer": "--max-false-answer", "max_false_refusal": "--max-false-refusal"}
 

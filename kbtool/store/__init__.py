@@ -156,10 +156,10 @@ class Store(ModelsView, DocumentsView, ChunksView):
 
     def set_stemmer(self, name: str | None) -> bool:
         """Choose the BM25 stemmer ('english', ... or None); True if it changed. Next index rebuilds BM25."""
-        from .analyzer import _stemmer
+        from .analyzer import stemmer
 
         name = None if name in (None, "", "none") else name
-        _stemmer(name)  # unknown names fail here, before anything is written
+        stemmer(name)  # unknown names fail here, before anything is written
         with self.writing():
             if self.manifest["analyzer"].get("stemmer") == name:
                 return False
