@@ -34,16 +34,10 @@ class FakeStore:
 
         return mf.bm25_spec(self.manifest)
 
-    def record_bm25(self, built_with=None):  # as Store.record_bm25
-        from kbtool.store import manifest as mf
-        from kbtool.store.bm25 import effective_params
+    def record_bm25(self, built_with=None):  # the manifest write _sync_bm25 makes, as the store makes it
+        from kbtool.store import Store
 
-        if built_with is not None:
-            self.manifest["bm25_built_with"] = built_with
-            return built_with
-        before = mf.bm25_built_with(self.manifest)
-        self.manifest["bm25"] = effective_params(self.manifest["bm25"])
-        return before
+        return Store.record_bm25(self, built_with)
 
     @property
     def analyzer(self):
