@@ -79,9 +79,9 @@ def run_eval(store, request: EvalRequest, *, progress: Callable[[int, int], None
         except (OSError, ValueError) as exc:
             raise InputError(f"baseline {r.baseline}: not readable JSON ({exc})") from None
     qs = load_questions(r.questions, qrels=r.qrels, split=r.split)
-    if not hasattr(store, "catalog"):
-        from ..store import Store
+    from ..store import Store
 
+    if not isinstance(store, Store):
         store = Store.open(store)
     lint_questions(qs, store, [base] if base is not None else list(contracts.values()), r.principal, r.allow,
                    strict=r.strict)
