@@ -3,6 +3,8 @@
 ``Store`` opens them, holds the writer lock, and is the only way anything is written: documents
 and chunks into the catalog (the source of truth, ``catalog.py``), vectors through the
 ``VectorIndex`` (``vectors.py``), BM25 (``bm25.py``), settings in the manifest (``manifest.py``).
+Here: open, the writer lock, and every manifest write; what ``Store`` reads (and the catalog writes
+it passes on) is in ``models.py``, ``documents.py`` and ``chunks.py``, whose views it inherits.
 Bringing the indexes in line with the catalog is ``kbtool.index``; chunking is ``kbtool.chunk``.
 A Store may be shared by threads: readers run concurrently, one writer at a time.
 """
