@@ -280,7 +280,7 @@ def test_a_python_caller_of_add_model_meets_the_checks_the_cli_makes(tmp_path, m
     from kbtool.errors import ModelError
 
     store = Store.open(tmp_path / "kb", create=True)
-    with pytest.raises(UsageError, match="model name 'UPPER' must be 1-40"):
+    with pytest.raises(UsageError, match="model name 'UPPER': must be 1-40"):
         store.add_model("use-m", "UPPER")
     monkeypatch.setenv("KBTOOL_EMBED_RETRIES", "0")
     bogus = tmp_path / "notamodel"

@@ -101,7 +101,7 @@ def check_new_model(store, model, name: str | None):
     from ..embed import check_available, load_embedder
 
     if name is not None and not MODEL_NAME.fullmatch(name):
-        raise UsageError(f"model name {name!r} must be 1-40 lowercase letters, digits, '.', '_' or '-', starting "
+        raise UsageError(f"model name {name!r}: must be 1-40 lowercase letters, digits, '.', '_' or '-', starting "
                          "with a letter or digit (retriever dense:NAME)")
     spec = mf.spec_of(model)
     name = mf.model_slug(name or mf.default_model_name(spec))
