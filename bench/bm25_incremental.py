@@ -34,6 +34,11 @@ class FakeStore:
 
         return mf.bm25_spec(self.manifest)
 
+    def record_bm25(self, built_with=None):  # the manifest write _sync_bm25 makes, as the store makes it
+        from kbtool.store import Store
+
+        return Store.record_bm25(self, built_with)
+
     @property
     def analyzer(self):
         from kbtool.store.analyzer import Analyzer, AnalyzerConfig

@@ -243,9 +243,7 @@ def chunk_documents(store, doc_ids: list[str], params: ChunkParams, count: Count
     """(Re)chunk documents from their stored blocks (no file is parsed again); the store writes the
     chunks. The parameters are recorded first, so an interrupted run is completed by the next
     ``index`` with the same ones. Returns the number of chunks written."""
-    if store.manifest.get("chunking") != params.to_dict():
-        store.manifest["chunking"] = params.to_dict()
-        store.save_manifest()
+    store.record_chunking(params.to_dict())
     total = 0
     for doc_id in doc_ids:
         doc = store.document_for_chunking(doc_id)

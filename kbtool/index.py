@@ -20,7 +20,7 @@ import numpy as np
 from .chunk import chunk, store_params
 from .document import embed_text
 from .store import manifest as mf
-from .store.bm25 import BM25Index, effective_params
+from .store.bm25 import BM25Index
 
 Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
 _EMBED_COMMIT = 256  # vectors per embedding-cache commit
@@ -76,31 +76,24 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
 
     if rebuild:
         # Mark the indexes stale first: an interrupted rebuild must not look current.
-        store.manifest["indexed_generation"] = -1
-        store.manifest["embedding"] = mf.embedding_record(embedder.spec)
-        for rec in store.manifest.get("models", {}).values():
-            rec["indexed_generation"] = -1
-            rec["dim"] = None  # as the store's own model: the model behind a name may now give another width
-        store.save_manifest()
+        store.mark_stale(embedder.spec)
         store.vectors.drop()
     store.check_model(embedder.spec)
     report = IndexReport()
     generation = store.generation()
-    rows = store.catalog.chunks_for_index()
+    rows = store.chunks_for_index()
     report.chunks = len(rows)
     wanted = store.index_targets()
     _sync_vectors(store, "dense", embedder, rows, wanted, report, progress, rebuild)
     report.bm25_rebuilt, report.bm25_delta = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))
-    store.manifest["indexed_generation"] = generation
-    store.save_manifest()
+    store.mark_indexed(generation)
     for name in store.dense_retrievers()[1:]:
         other = (models or {}).get(name) or load_embedder(store.embedding_spec(name))
         if rebuild:
             store.vectors_for(name).drop()
         store.check_model(other.spec, name)
         _sync_vectors(store, name, other, rows, wanted, report, progress, rebuild)
-        store.model_record(name)["indexed_generation"] = generation
-        store.save_manifest()
+        store.mark_indexed(generation, name)
     return report
 
 
@@ -115,7 +108,7 @@ def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], repo
     todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
     # A rebuild re-embeds everything: what a model name or folder serves may have changed.
     key = embedder.spec.cache_key
-    vectors = {} if rebuild else store.catalog.cached_vectors(key, {r["content_hash"] for r in todo})
+    vectors = {} if rebuild else store.cached_vectors(key, {r["content_hash"] for r in todo})
     report.from_cache += sum(1 for r in todo if r["content_hash"] in vectors)
     stage = "embedding" if name == "dense" else f"embedding {name}"
     embedded_before = report.embedded
@@ -127,11 +120,10 @@ def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], repo
                       np.stack([vectors[r["content_hash"]] for r in todo]).astype(np.float32),
                       [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in todo])
     report.upserted += len(todo)
-    emb = store.model_record(name)
-    emb.update(embedder.spec.to_manifest())  # the same identity (checked); the URL may have moved
+    emb = embedder.spec.to_manifest()  # the same identity (checked); the URL may have moved
     if vectors:
         emb["dim"] = int(next(iter(vectors.values())).shape[0])
-    elif emb.get("dim") is None and existing:  # a rebuild killed after forgetting the width: the index has it
+    elif store.model_record(name).get("dim") is None and existing:  # a rebuild killed after forgetting the width: the index has it
         kept = [c for c in existing if c in wanted][:1]
         held = index_.get(kept) if kept else {}
         if held:
@@ -139,6 +131,7 @@ def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], repo
     emb["max_tokens"] = embedder.max_tokens
     if report.embedded > embedded_before:
         emb["runtime"] = bulk.runtime
+    store.record_embedding(name, emb)
     return bool(todo or to_delete)
 
 
@@ -162,7 +155,7 @@ def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: Inde
         part = hashes[start : start + _EMBED_COMMIT]
         fresh = bulk.embed([missing[h] for h in part], progress=cb)
         store.check_dim(fresh, "passage", name=name)
-        store.catalog.cache_vectors(embedder.spec.cache_key, [(h, fresh[i]) for i, h in enumerate(part)])
+        store.cache_vectors(embedder.spec.cache_key, [(h, fresh[i]) for i, h in enumerate(part)])
         vectors.update({h: fresh[i] for i, h in enumerate(part)})
         report.embedded += len(part)
     return bulk
@@ -175,8 +168,7 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
     (the analyzer runs on the new and changed chunks only); a large one, ``force`` (``--rebuild``)
     or new settings rebuild it whole. Returns (rebuilt whole, rows of a delta written now)."""
     bm25_dir = store.path / "bm25"
-    built_with = mf.bm25_built_with(store.manifest)  # read before the manifest's bm25 moves on
-    store.manifest["bm25"] = effective_params(store.manifest["bm25"])  # a robertson store moves to Lucene's IDF
+    built_with = store.record_bm25()  # what is on disk; the manifest's bm25 moves on (robertson: Lucene's IDF)
     spec = store.bm25_spec()
     digest = mf.bm25_digest(wanted, spec)
     state = BM25Index.state(bm25_dir)
@@ -185,18 +177,18 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
     if not (force or on_disk is None or built_with != spec or state.get("digest") != digest):
         if state.get("generation") != generation:
             BM25Index.set_state(bm25_dir, {**state, **record})  # the delta it names, if any, stays
-        store.manifest["bm25_built_with"] = spec
+        store.record_bm25(spec)
         return False, 0
     delta = None if force or on_disk is None or built_with != spec else _bm25_delta(store, bm25_dir, rows, wanted, state)
     if delta is not None:
         BM25Index.write_delta(bm25_dir, delta, record)
-        store.manifest["bm25_built_with"] = spec
+        store.record_bm25(spec)
         return False, len(delta.chunk_ids)
     analyzer = store.analyzer
     BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],
                     [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], store.manifest["bm25"],
                     state=record, hashes=[wanted[r["chunk_id"]] for r in rows])
-    store.manifest["bm25_built_with"] = spec
+    store.record_bm25(spec)
     return True, 0
 
 

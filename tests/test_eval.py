@@ -335,3 +335,21 @@ def test_cli_eval_fails_fast_and_cleanly(sample_store, tmp_path):
 def test_markup_in_user_text_is_printed_as_is(sample_store):
     r = runner.invoke(app, ["query", "what does [/v2/shares] return", "--store", str(sample_store.path)])
     assert r.exit_code == 0 and "[/v2/shares]" in r.stdout
+
+
+def test_a_python_caller_runs_the_eval_workflow_the_command_runs(sample_store, tmp_path):
+    """run_eval is what `kbtool eval` does beyond options and rendering: the same report, gates and
+    question-set lint (a fatal problem is an InputError, as for calibrate)."""
+    from kbtool.evaluation.run import EvalRequest, run_eval
+
+    request = EvalRequest(SAMPLE_SET, modes=["bm25"], ks=[5], gates=["bm25:hit_rate@5=1.0"])
+    warned: list[str] = []
+    run = run_eval(sample_store, request, warn=warned.append)
+    r = runner.invoke(app, ["eval", str(SAMPLE_SET), "--store", str(sample_store.path), "--json", "-q",
+                            "--modes", "bm25", "--k", "5", "--fail-under", "bm25:hit_rate@5=1.0"])
+    assert r.exit_code == 3 and run.gates_ok is False
+    mine, cli = run.report.to_dict(), json.loads(r.stdout)
+    assert {k: v for k, v in mine.items() if k != "created_at"} == {k: v for k, v in cli.items() if k != "created_at"}
+    bad = write(tmp_path / "bad.jsonl", '{"id": "a", "question": "q", "relevant": [{"doc": "nowhere.md"}]}\n')
+    with pytest.raises(InputError, match="problem"):
+        run_eval(sample_store, EvalRequest(bad, modes=["bm25"], strict=True))

@@ -272,3 +272,28 @@ def test_a_restricted_caller_sees_through_an_added_model_exactly_what_a_store_wi
             assert [h.score for h in a.hits] == pytest.approx([h.score for h in b.hits]), (q, mode)
             assert a.signals == pytest.approx(b.signals), (q, mode)
             assert a.decision == b.decision
+
+
+def test_a_python_caller_of_add_model_meets_the_checks_the_cli_makes(tmp_path, monkeypatch):
+    """Store.add_model checks what `--add-model` checks (it lived in the CLI): a bad retriever name, and
+    a model that cannot embed a text (a folder holding no model, an endpoint down) is never recorded."""
+    from kbtool.errors import ModelError
+
+    store = Store.open(tmp_path / "kb", create=True)
+    with pytest.raises(UsageError, match="model name 'UPPER': must be 1-40"):
+        store.add_model("use-m", "UPPER")
+    monkeypatch.setenv("KBTOOL_EMBED_RETRIES", "0")
+    bogus = tmp_path / "notamodel"
+    write(bogus / "config.json", "{}")
+    for model in (str(bogus), "openai:http://127.0.0.1:9/v1#m"):
+        with pytest.raises(ModelError):
+            store.add_model(model, "bogus")
+    assert Store.open(store.path).dense_retrievers() == ["dense"]
+
+
+def test_opening_a_store_with_another_vector_engine_than_it_records_is_refused(tmp_path):
+    """Where the vectors are is chosen when a store is made: Store.open(vectors=...) says so (the CLI's
+    --chroma-url check, for every caller)."""
+    Store.open(tmp_path / "kb", create=True)
+    with pytest.raises(UsageError, match="keeps its vectors in Chroma embedded"):
+        Store.open(tmp_path / "kb", vectors="http://127.0.0.1:9")

@@ -57,61 +57,24 @@ AddModelOpt = Annotated[
 ]
 
 
-def add_models(kb, models: list[str] | None) -> list[str]:
-    """Record each ``[NAME=]MODEL`` of --add-model in the store; the retriever names. A model not in
-    the store yet must embed a text first: one that cannot (an endpoint down, a folder holding no
-    model) is never recorded, which would leave the store behind and every query refused."""
+def split_add_model(arg: str) -> tuple[str | None, str]:
+    """(NAME or None, MODEL) of an --add-model ``[NAME=]MODEL``."""
     import re
 
-    from ..embed import load_embedder, parse_model
-    from ..errors import UsageError
-
-    names = []
-    for arg in models or []:
-        m = re.match(r"^([^=/\\:]*)=(.+)$", arg)  # NAME=MODEL; a path or URL holds '/' or ':' before any '='
-        name, model = (m.group(1), m.group(2)) if m else (None, arg)
-        if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,39}", name):
-            raise UsageError(f"--add-model {arg}: NAME {name!r} must be 1-40 lowercase letters, digits, '.', '_' "
-                             "or '-', starting with a letter or digit (retriever dense:NAME)")
-        spec = parse_model(model)
-        known = [rec["model"] for rec in (kb.manifest.get("models") or {}).values()]
-        if spec.model not in known and spec.model != kb.model_id:
-            from ..embed import check_available
-
-            check_available(spec)
-            load_embedder(spec).embed(["kbtool"])  # ModelError now, before anything is written
-        names.append(kb.add_model(spec, name))
-    return names
+    m = re.match(r"^([^=/\\:]*)=(.+)$", arg)  # NAME=MODEL; a path or URL holds '/' or ':' before any '='
+    return (m.group(1), m.group(2)) if m else (None, arg)
 
 
-def model_spec(kb, model, query_prefix=None, passage_prefix=None, max_tokens=None, tokenizer=None, input_type=None):
-    """The embedding spec the user asked for, or None for the store's own."""
-    from ..embed import parse_model
-    from ..embed.base import with_overrides
-
-    input_type = input_type or None  # a flag: absent means "as the store says" (or off for a new model)
-    if model is None and (query_prefix, passage_prefix, max_tokens, tokenizer, input_type) == (None,) * 5:
-        return None
-    if model is None and kb is not None:
-        base = kb.embedding_spec()
-        extra = parse_model(base.model_arg, max_tokens=max_tokens, tokenizer=tokenizer)
-        if input_type and not base.input_type:  # the server adds the prefixes from now on
-            query_prefix = "" if query_prefix is None else query_prefix
-            passage_prefix = "" if passage_prefix is None else passage_prefix
-        return with_overrides(base, query_prefix=query_prefix, passage_prefix=passage_prefix,
-                              max_tokens=extra.max_tokens, tokenizer=extra.tokenizer, input_type=input_type)
-    spec = parse_model(model, query_prefix=query_prefix, passage_prefix=passage_prefix, max_tokens=max_tokens,
-                       tokenizer=tokenizer, input_type=bool(input_type))
-    if kb is not None and spec.backend == "http" and spec.model == kb.embedding_spec().model:
-        base = kb.embedding_spec()  # the same model: sizing stays the store's unless given
-        spec = with_overrides(spec, max_tokens=base.max_tokens if max_tokens is None else None,
-                              tokenizer=base.tokenizer if tokenizer is None else None)
-    return spec
+def add_models(kb, models: list[str] | None) -> list[str]:
+    """Record each ``[NAME=]MODEL`` of --add-model in the store (``Store.add_model`` checks it); the
+    retriever names."""
+    return [kb.add_model(model, name) for name, model in map(split_add_model, models or [])]
 
 
 # Library errors name the parameter they are about ("folds 1: must be at least 2"); the CLI shows
 # a message that starts with one of these names with the flag instead ("--folds 1: ...").
-FLAGS = {"ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
+FLAGS = {"model name": "--add-model NAME", "contracts": "--contract", "baseline": "--baseline", "out_dir": "--out",
+         "fail_under_recorded": "--fail-under-recorded", "id prefix": "--id-prefix", "ks": "--k", "level": "--level", "thresholds": "--threshold", "gate": "--fail-under",
          "recorded gate": "--fail-under-recorded", "qrels": "--qrels", "objective": "--objective",
          "folds": "--folds", "max_false_answer": "--max-false-answer", "max_false_refusal": "--max-false-refusal"}
 
@@ -189,31 +152,13 @@ def _storage_error(exc: Exception):
     return None
 
 
-def check_sizing(kb, spec, rebuild: bool = False) -> None:
-    """--max-tokens and --tokenizer size the chunks: set when a store is made, changed only with
-    `index --rebuild` (then `kbtool chunk --all` re-sizes the chunks)."""
-    if spec is None or rebuild or spec.backend != "http":
-        return
-    mine = kb.embedding_spec()
-    if mine.model != spec.model:
-        return  # check_model says what is wrong
-    if (spec.max_tokens or mine.max_tokens) != mine.max_tokens or (spec.tokenizer or mine.tokenizer) != mine.tokenizer:
-        from ..errors import UsageError
-
-        raise UsageError(f"store {kb.path} sizes chunks with max_tokens {mine.max_tokens} and tokenizer "
-                         f"{mine.tokenizer or 'estimate'}: change them with `kbtool index ... --rebuild`, then "
-                         "`kbtool chunk --all` to re-size the chunks")
-
-
 def open_store(path: Optional[Path], create: bool = False, model: Optional[str] = None, vectors: Optional[dict] = None):
     """The store at ``path``; with ``create``, a new one if none is there (its model and, given
     ``vectors`` (see ``chroma_options``), its Chroma server). ``vectors`` given for an existing store
     must be what it records: UsageError (exit 2) naming the recorded one otherwise."""
     from ..store import Store
 
-    kb = Store.open(path, create=create, model=model, vectors=vectors)
-    check_vectors(kb, vectors)
-    return kb
+    return Store.open(path, create=create, model=model, vectors=vectors)
 
 
 ChromaUrlOpt = Annotated[
@@ -247,28 +192,6 @@ def chroma_options(url, tenant, database, collection) -> Optional[dict]:
     except UsageError as exc:
         raise UsageError("--chroma-" + str(exc).removeprefix("chroma ")) from None  # the flag's name
     return {"url": url, **{k: v for k, v in given.items() if v is not None}}
-
-
-def check_vectors(kb, asked: Optional[dict]) -> None:
-    """Options naming where vectors are must match what the store records: its server is chosen
-    when it is created."""
-    if not asked:
-        return
-    from ..errors import UsageError
-    from ..store.chroma_server import parse_url
-
-    rec = kb.manifest.get("vectors")
-    if not rec:
-        raise UsageError(f"--chroma-url {asked['url']}: store {kb.path} keeps its vectors in Chroma embedded "
-                         f"({kb.path / 'chroma'}); a store's vector engine is chosen when it is created: drop "
-                         "--chroma-url, or create a new store with it")
-    wanted = {"url": parse_url(asked["url"])[0], **{k: v for k, v in asked.items() if k != "url"}}
-    for key, value in wanted.items():
-        if value != rec.get(key):
-            raise UsageError(f"--chroma-{key} {asked[key]}: store {kb.path} keeps its vectors on the Chroma server "
-                             f"{rec['url']} (tenant {rec['tenant']}, database {rec['database']}, collection prefix "
-                             f"{rec['collection']}), recorded when it was created: drop --chroma-{key}, or give the "
-                             "recorded value")
 
 
 def print_json(data) -> None:

@@ -39,7 +39,7 @@ def calibrate(
     from ..contract import CONTRACT_FILE, calibrated_text, dump_yaml, find_contract, load_contract
     from ..errors import InputError, StoreError, UsageError
     from ..evaluation.calibrate import calibrate as run
-    from ..evaluation.questions import lint_against_store, load_questions
+    from ..evaluation.questions import lint_questions, load_questions
 
     from ..evaluation.metrics import parse_metric
 
@@ -57,12 +57,7 @@ def calibrate(
     c = load_contract(path, set_ or [], search=False)
     qs = load_questions(questions, qrels=qrels, split=split)
     kb = open_store(store)
-    from ..access import visible_documents
-
-    lint_against_store(qs, kb, visible_documents(kb, c, principal, allow))  # as the caller sees the store
-    fatal = [i for i in qs.issues if i.fatal]
-    if fatal:
-        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
+    lint_questions(qs, kb, [c], principal, allow)  # as the caller sees the store
     generation = kb.generation()
     with progress_bars(quiet) as bars:
         result = run(kb, qs, c, objective=objective, folds=folds, seed=seed, min_count=min_count,

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
 from ..errors import EXIT_GATE
+from ..evaluation.questions import DEFAULT_DEPTH
 from . import app
-from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, open_store, out, parse_pairs, print_json
+from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, out, parse_pairs, print_json
 
 # Library messages name the parameter (``gate 'x': ...``, as a Python caller passes it); here the flag.
 def _csv(values: Optional[List[str]]) -> list[str]:
@@ -25,7 +25,7 @@ def eval_(
     k: Annotated[Optional[List[str]], typer.Option("--k", help="Cut-offs, comma-separated or repeated [default: 1,3,5,10].")] = None,
     metrics: Annotated[Optional[List[str]], typer.Option("--metrics", help="hit_rate, mrr, ndcg, recall, precision, map (comma-separated) [default: all].")] = None,
     level: Annotated[str, typer.Option("--level", help="auto (chunk level when evidence is given), doc or chunk.")] = "auto",
-    depth: Annotated[int, typer.Option("--depth", min=1, help="Chunks retrieved per question and mode.")] = 100,
+    depth: Annotated[int, typer.Option("--depth", min=1, help="Chunks retrieved per question and mode.")] = DEFAULT_DEPTH,
     threshold: Annotated[Optional[List[str]], typer.Option("--threshold", help="mode=value: refuse when the question's P(answerable) (without a model: the top hit's confidence) is below it, instead of the contract's thresholds (repeatable).")] = None,
     filter_: Annotated[Optional[List[str]], typer.Option("--filter", "-f", help="key=value applied to every question (repeatable).")] = None,
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file: TREC (qid 0 doc grade) or BEIR TSV.")] = None,
@@ -49,15 +49,12 @@ def eval_(
     """
     from rich.markup import escape
 
-    from ..errors import InputError, UsageError
-    from ..evaluation.compare import (check_gates, compare_refusals_to_baseline, compare_to_baseline, prepare_gates,
-                                      read_baseline, read_baseline_refusals, recorded_gate, significant_regressions)
-    from ..evaluation.evaluate import DEFAULT_KS, DEFAULT_MODES, EvalConfig, evaluate
-    from ..evaluation.metrics import DEFAULT_METRICS
-    from ..evaluation.questions import lint_against_store, load_questions
+    from ..errors import UsageError
+    from ..evaluation.run import EvalRequest, run_eval
+    from ._common import progress_bars
 
     try:
-        ks = [int(x) for x in _csv(k)] or list(DEFAULT_KS)
+        ks = [int(x) for x in _csv(k)]
     except ValueError:
         raise typer.BadParameter(f"{k}: whole numbers, e.g. 1,3,5,10", param_hint="--k") from None
     thresholds = {}
@@ -66,122 +63,25 @@ def eval_(
             thresholds[mode] = float(value)
         except ValueError:
             raise typer.BadParameter(f"{mode}={value}: the score must be a number", param_hint="--threshold") from None
-    from ..contract import find_contract, load_contract
-
-    contracts: dict = {}
-    if contract and len(contract) > 1:
-        for path in contract:
-            name = path.stem
-            if name in contracts:
-                raise UsageError(f"--contract {path}: two contracts named {name!r}: rename one file")
-            contracts[name] = load_contract(path, set_ or [], search=False)
-        base = None
-        in_force = {"contracts": {n: _contract_info(path, c, set_) for (n, c), path in zip(contracts.items(), contract)}}
-        default_modes = ["bm25", "dense", *contracts]
-    else:
-        base = load_contract(contract[0] if contract else None, set_ or [])
-        in_force = _contract_info(find_contract(contract[0] if contract else None), base, set_)
-        default_modes = list(DEFAULT_MODES)
-    config = EvalConfig(modes=_csv(modes) or default_modes, ks=ks, metrics=_csv(metrics) or list(DEFAULT_METRICS),
-                        level=level, depth=depth, thresholds=thresholds, filters=list(filter_ or []),
-                        contract_names=list(contracts))
-    config.validate()
     if fail_on_regression and not baseline:
         raise UsageError("--fail-on-regression needs --baseline FILE (a previous run's --json or summary.json)")
-    if out_dir:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise UsageError(f"--out {out_dir} is a file: give a folder")
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"--out {out_dir}: cannot create it ({exc.strerror})") from None
-    baseline_scores = baseline_refusals = None
-    if baseline:
-        try:
-            baseline_data = json.loads(baseline.read_text(encoding="utf-8"))
-            baseline_scores = read_baseline(baseline_data, config.modes)
-            baseline_refusals = read_baseline_refusals(baseline_data)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--baseline {baseline}: not readable JSON ({exc})") from None
-
-    qs = load_questions(questions, qrels=qrels, split=split)
-    kb = open_store(store)
-    from ..access import visible_documents
-
-    # A restricted caller's lint sees only its documents: any other reads as one the store lacks.
-    seen = [visible_documents(kb, c, principal, allow) for c in ([base] if base is not None else contracts.values())]
-    seen = [v for v in seen if v is not None]
-    lint_against_store(qs, kb, set.intersection(*seen) if seen else None)
-    fatal = [i for i in qs.issues if i.fatal or strict]
-    if fatal:
-        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
-    gates = prepare_gates(fail_under or [], config, qs)
-    if fail_under_recorded is not None and (base is None or "contract" not in config.modes):
-        raise UsageError("--fail-under-recorded needs one contract and the contract mode")
-    from ..evaluation.provenance import calibration_warnings, visible_appendix
-
-    for warning in calibration_warnings(base, kb, qs, principal, allow) if base is not None else []:
-        err.print(f"[yellow]warning[/] {escape(warning)}", highlight=False)
-    for issue in qs.issues[:20]:
-        err.print(f"[yellow]warning[/] {escape(str(issue))}", highlight=False)
-    if len(qs.issues) > 20:
-        err.print(f"[yellow]warning[/] … and {len(qs.issues) - 20} more (see lint in --json)")
-
-    from ._common import progress_bars
-
+    request = EvalRequest(questions, _csv(modes), list(contract or []), list(set_ or []), ks, _csv(metrics), level,
+                          depth, thresholds, list(filter_ or []), qrels, split, strict, list(fail_under or []), baseline,
+                          fail_under_recorded, principal, allow, out_dir)
+    warn = lambda message: err.print(f"[yellow]warning[/] {escape(message)}", highlight=False)  # noqa: E731
     with progress_bars(quiet) as bars:
-        progress = (lambda n, total: bars("questions", n, total)) if bars else None
-        report = evaluate(kb, qs, config, contract=base, contracts=contracts, progress=progress, source=str(questions),
-                          principal=principal, allow=allow)
-    for mode in config.modes:
-        empty = sum(1 for r in report.results if r.modes[mode].top_score is None)
-        if empty > len(report.results) / 2:
-            err.print(f"[yellow]warning[/] {escape(mode)} returned nothing for {empty} of {len(report.results)} "
-                      "questions: check --filter and that the store holds the documents", highlight=False)
-    if base is not None and base.calibration:
-        report.calibration = {"contract_version": base.contract_version,
-                              "appendix": visible_appendix(base.calibration, base, principal, allow),
-                              "warnings": calibration_warnings(base, kb, qs, principal, allow)}
-    report.contract = in_force
-    gates_ok = check_gates(report, gates)
-    if fail_under_recorded is not None:
-        rec = recorded_gate(base, report, fail_under_recorded)
-        for c in rec["checks"]:
-            report.gates.append({"spec": c["spec"], "mode": "contract", "metric": c["metric"], "tag": None,
-                                 "op": c["op"], "required": c["required"], "actual": c["actual"], "passed": c["passed"]})
-        for reason in rec["skipped"]:
-            err.print(f"[yellow]warning[/] --fail-under-recorded: not checked: {escape(reason)}", highlight=False)
-        gates_ok &= rec["passed"]
-    regressions = []
-    if baseline_scores is not None:
-        compare_to_baseline(report, baseline_scores)
-        compare_refusals_to_baseline(report, baseline_refusals)
-        regressions = significant_regressions(report)
-    if out_dir:
-        from ..evaluation.outputs import write_report
-
-        try:
-            files = write_report(report, out_dir)
-        except OSError as exc:
-            raise InputError(f"--out {out_dir}: cannot write ({exc.strerror})") from None
-        if not quiet:
-            err.print(f"wrote {', '.join(str(f) for f in files)}", highlight=False, markup=False)
+        run = run_eval(store, request, progress=(lambda n, total: bars("questions", n, total)) if bars else None,
+                       warn=warn)
+    if run.files and not quiet:
+        err.print(f"wrote {', '.join(str(f) for f in run.files)}", highlight=False, markup=False)
     if json_:
-        print_json(report.to_dict())
+        print_json(run.report.to_dict())
     else:
         from .eval_render import render
 
-        render(report, out, all_metrics=all_metrics or bool(metrics) or bool(k))
-    if not gates_ok or (fail_on_regression and regressions):
-        why = [g["spec"] + f" (got {g['actual']})" for g in report.gates if not g["passed"]]
-        why += [f"significant regression in {r}" for r in regressions] if fail_on_regression else []
+        render(run.report, out, all_metrics=all_metrics or bool(metrics) or bool(k))
+    if not run.gates_ok or (fail_on_regression and run.regressions):
+        why = [g["spec"] + f" (got {g['actual']})" for g in run.report.gates if not g["passed"]]
+        why += [f"significant regression in {r}" for r in run.regressions] if fail_on_regression else []
         err.print(f"[bold red]Gate failed:[/] {escape('; '.join(why))}", highlight=False)
         raise typer.Exit(EXIT_GATE)
-
-
-def _contract_info(path: Path | None, contract, overrides) -> dict:
-    """The contract in force, as eval names it: its file (None: the built-in one), version, the
-    date it was calibrated, and the --set overrides on top."""
-    cal = contract.calibration or {}
-    return {"path": None if path is None else str(path), "version": contract.contract_version,
-            "calibrated": str(cal["date"])[:10] if cal.get("date") else None, "overrides": list(overrides or [])}

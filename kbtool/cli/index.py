@@ -5,7 +5,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from . import app
-from ._common import AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
+from ._common import AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, handle_errors, open_store, out, print_json, progress_bars
 
 
 @app.command()
@@ -33,6 +33,7 @@ def index(
     """Embed new chunks and make Chroma and BM25 hold exactly the catalog's chunks."""
     from ..embed import load_embedder
     from ..index import index as run_index
+    from ..store.models import check_sizing, model_spec
 
     kb = open_store(store, vectors=chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection))
     writer_settings(kb, wait, quiet)

@@ -7,7 +7,7 @@ import typer
 
 from ..ingestion.parse import size_limits_text
 from . import app
-from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, ContractOpt, add_models, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, check_sizing, model_spec, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, writer_settings, err, handle_errors, open_store, out, parse_pairs,
+from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, ContractOpt, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, split_add_model, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)
 
 
@@ -58,6 +58,7 @@ def ingest(
     """
     from ..ingestion.pipeline import IngestOptions
     from ..ingestion.pipeline import ingest as run_ingest
+    from ..ingestion.prepare import check_request, open_for_ingest
 
     options = IngestOptions(
         include=include or None, exclude=exclude or None, format=format,
@@ -67,56 +68,15 @@ def ingest(
         include_root=str(include_root.resolve()) if include_root else None, meta_from_path=meta_from_path or None,
         id_prefix=id_prefix, base_url=base_url,
     )
-    if stemmer is not None:
-        from ..store.analyzer import _stemmer
-
-        _stemmer(None if stemmer == "none" else stemmer)  # a bad name fails before a store is made
-    if id_prefix is not None:  # before a store is made
-        from ..document import normalise_id_prefix
-        from ..errors import UsageError
-
-        try:
-            normalise_id_prefix(id_prefix)
-        except ValueError as exc:
-            raise UsageError(f"--id-prefix: {exc}") from None
-    vectors = chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection)  # before a store is made
     paths = list(paths or [])
-    missing = [p for p in paths if not p.exists()]
-    if missing:  # before a store is made: a mistyped path leaves nothing behind
-        from ..errors import UsageError
-
-        raise UsageError(f"{missing[0]}: no such file or folder" + (f" (and {len(missing) - 1} more)" if missing[1:] else ""))
+    check_request(paths, stemmer=stemmer, id_prefix=id_prefix)  # before a store is made
+    vectors = chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection)  # before a store is made
     declared = _declared(contract)
-    options_given = (query_prefix, passage_prefix, max_tokens, tokenizer, input_type)
-    from ..store import default_store_path
-
-    new_store = not ((store or default_store_path()) / "manifest.json").exists()
-    if new_store and not paths and not declared:
-        from ..errors import UsageError
-
-        raise UsageError("nothing to ingest: name a folder (kbtool ingest PATH), or declare data.sources in the "
-                         "contract (kbtool.yaml)")
-    spec = model_spec(None, model, *options_given) if model or new_store else None
-    if spec is not None and spec.backend == "http" and not parse_only:
-        from ..embed import load_embedder
-
-        load_embedder(spec).dim  # a server that is down fails here, before anything is parsed or written
-    kb = open_store(store, create=True, model=spec, vectors=vectors)
-    writer_settings(kb, wait, quiet)
-    if not new_store:  # the store's model, changed by these options (or the same one, given again)
-        spec = model_spec(kb, model, *options_given)
-        if kb.manifest.get("vectors") and not parse_only:
-            kb.vectors.count()  # a Chroma server that is down fails here, before anything is parsed
-    kb.check_model(spec)
-    check_sizing(kb, spec)
-    if stemmer is not None:
-        kb.set_stemmer(stemmer)
-    add_models(kb, add_model)
-    embedder = None
-    if spec is not None:
-        from ..embed import load_embedder
-
-        embedder = load_embedder(spec)
+    kb, embedder = open_for_ingest(
+        store, paths, declared, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix,
+        max_tokens=max_tokens, tokenizer=tokenizer, input_type=input_type, stemmer=stemmer, id_prefix=id_prefix,
+        vectors=vectors, models=[split_add_model(a) for a in add_model or []], parse_only=parse_only,
+        configure=lambda kb: writer_settings(kb, wait, quiet))
     with progress_bars(quiet) as progress:
         report = run_ingest(kb, paths, options, embedder=embedder, progress=progress, sources=declared,
                             update_sources=update_sources, root_moved=[root_moved] if root_moved else None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ModelError
 from .base import (
@@ -40,6 +41,18 @@ __all__ = [
 log = logging.getLogger("kbtool")
 
 
+# backend name (``EmbeddingSpec.backend``) -> a loader of (spec, runtime); ``register`` adds one.
+LOADERS: dict[str, Callable[[EmbeddingSpec, str], Embedder]] = {}
+
+
+def register(backend: str):
+    """Register the decorated ``loader(spec, runtime) -> Embedder`` for specs of ``backend``."""
+    def add(loader):
+        LOADERS[backend] = loader
+        return loader
+    return add
+
+
 def load_embedder(model: str | EmbeddingSpec | None = None, *, runtime: str | None = None):
     """One loaded model per process and spec: a library user or a test pays the load once."""
     spec = model if isinstance(model, EmbeddingSpec) else parse_model(model)
@@ -50,14 +63,26 @@ def load_embedder(model: str | EmbeddingSpec | None = None, *, runtime: str | No
 
 @lru_cache(maxsize=4)
 def _load(spec: EmbeddingSpec, runtime: str):
-    if spec.backend == "http":
-        from .http import HttpEmbedder
+    return LOADERS[spec.backend](spec, runtime)
 
-        return HttpEmbedder(spec)
-    if spec.backend == "use":
-        from .use import UseEmbedder
 
-        return UseEmbedder(spec)
+@register("http")
+def _http(spec: EmbeddingSpec, runtime: str):
+    from .http import HttpEmbedder
+
+    return HttpEmbedder(spec)
+
+
+@register("use")
+def _use(spec: EmbeddingSpec, runtime: str):
+    from .use import UseEmbedder
+
+    return UseEmbedder(spec)
+
+
+@register("local")
+def _local(spec: EmbeddingSpec, runtime: str):
+    """A sentence-transformers model: ONNX Runtime from a verified export, else torch."""
     if runtime == "torch":
         return SentenceTransformerEmbedder(spec)
     from .onnx import OnnxEmbedder, ensure_export

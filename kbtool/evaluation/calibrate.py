@@ -49,6 +49,7 @@ from ..errors import InputError, UsageError
 from .compare import best_single as best_single_of, sign_flip_p
 from .metrics import parse_metric, score
 from .provenance import question_set_record, store_fingerprint
+from .questions import DEFAULT_DEPTH
 from .units import EvidenceMatcher, level_of, units
 
 RRF_KS = (10, 30, 60, 100)
@@ -241,7 +242,7 @@ def gathered(store, qs, contract, *, k: int, level: str = "auto", embedder=None,
     from ..query.routing import store_retrievers
 
     questions = qs.questions
-    depth = max(k, 100)  # chunks ranked per question, as eval's depth: documents collapse from them
+    depth = max(k, DEFAULT_DEPTH)  # chunks ranked per question, as eval's depth: documents collapse from them
     searcher = Searcher.of(store, contract, [], principal, allow, embedder)
     cb = (lambda n: progress("retrieving", n, len(questions))) if progress else None
     cands = searcher.gather([q.question for q in questions], depth=depth, retrievers=store_retrievers(store),

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..query.retriever import parse_mode
 from .compare import best_single, is_single_mode
 from .metrics import DEFAULT_METRICS, METRICS, RATE_NEEDS, RATES, distinct, refusal_rates, round6, score  # noqa: F401 (re-exported)
-from .questions import Question, QuestionSet
+from .questions import DEFAULT_DEPTH, Question, QuestionSet
 from .units import EvidenceMatcher, level_of, units
 
 DEFAULT_KS = (1, 3, 5, 10)
@@ -30,7 +30,7 @@ class EvalConfig:
     ks: Sequence[int] = DEFAULT_KS
     metrics: Sequence[str] = DEFAULT_METRICS
     level: str = "auto"  # auto | doc | chunk
-    depth: int = 100
+    depth: int = DEFAULT_DEPTH
     thresholds: dict[str, float] = field(default_factory=dict)
     filters: list[str] | dict = field(default_factory=list)
     contract_names: Sequence[str] = ()  # modes that name a contract (eval --contract a.yaml --contract b.yaml)
@@ -333,13 +333,8 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
             hits = ans.hits
             ranking, unit_scores, qrels = units(hits, q, level, matcher)
             top = ans.confidence
-            threshold = config.thresholds.get(mode)
-            if threshold is not None:
-                refused = not hits or top < threshold
-                decision = "refuse" if refused else (ans.decision if ans.decision != "refuse" else "answer")
-            else:
-                refused = ans.decision == "refuse"
-                decision = ans.decision
+            decision = _decision(ans, config.thresholds.get(mode))
+            refused = decision == "refuse"
             first = next((n for n, u in enumerate(ranking, start=1) if qrels.get(u, 0) >= 1), None)
             modes[mode] = ModeResult(
                 ranking, unit_scores, qrels, top, refused, first,
@@ -352,6 +347,22 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
 
     restricted = access_tags(base, principal, allow) is not None
     return EvalReport(qs, config, results, _store_info(store, restricted), source=source, decided_by=decided_by)
+
+
+def _decision(ans, threshold: float | None) -> str:
+    """The answer's decision, or with a threshold of ``config.thresholds`` for its mode, ``decide()``'s
+    over the contract's thresholds with that refuse threshold instead: refuse below it (or with no
+    hit); above it the contract's own decision stands, its refuse read as answer."""
+    if threshold is None:
+        return ans.decision
+    from ..contract import Thresholds
+    from ..query.decide import decide
+
+    # model_construct: a threshold outside [0, 1] (refuse all, or nothing) is the caller's to give.
+    th = Thresholds.model_construct(answer=threshold, low_confidence=threshold)
+    if decide(ans.confidence if ans.hits else None, th) == "refuse":
+        return "refuse"
+    return "answer" if ans.decision == "refuse" else ans.decision
 
 
 def _store_info(store, restricted: bool = False) -> dict:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from ..errors import InputError, UsageError
 
+DEFAULT_DEPTH = 100  # chunks ranked per question and mode, in eval and calibrate (documents collapse from them)
+
 QUESTION_FIELDS = {"id", "question", "relevant", "tags", "notes"}
 MAX_QUESTION_FILE_BYTES = 200 * 2**20  # a question set (or queries file) over 200 MB is refused
 MAX_QUESTIONS = 100_000  # questions a set may hold (eval runs each of them in every mode)
@@ -285,6 +287,20 @@ def lint_against_store(qs: QuestionSet, store, visible: set[str] | None = None) 
                 if not contains_evidence(texts[r.doc], r.evidence):
                     qs.issues.append(LintIssue(qs.source or qs.name, q.line, f"question {q.id!r}: evidence {r.evidence!r} "
                                                                f"does not occur in {r.doc}"))
+
+
+def lint_questions(qs: QuestionSet, store, contracts, principal=None, allow=None, strict: bool = False) -> None:
+    """Lint ``qs`` against ``store`` as the caller sees it under every contract of ``contracts`` (a
+    restricted caller's lint sees only its documents: any other reads as one the store lacks); an
+    InputError for fatal issues (with ``strict``, for any issue). Eval and calibrate run this first."""
+    from ..access import visible_documents
+
+    seen = [visible_documents(store, c, principal, allow) for c in contracts]
+    seen = [v for v in seen if v is not None]
+    lint_against_store(qs, store, set.intersection(*seen) if seen else None)
+    fatal = [i for i in qs.issues if i.fatal or strict]
+    if fatal:
+        raise InputError(f"{len(fatal)} problem(s) in the question set, first: {fatal[0]}")
 
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"

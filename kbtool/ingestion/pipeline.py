@@ -17,7 +17,6 @@ from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_me
 from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
-from ..store.manifest import now_iso
 from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
 from .sources import IngestOptions, check_clashes, plan
 
@@ -287,23 +286,18 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
             gone = sorted(set(gone) - seen)
             store.remove_documents(gone)
             report.removed.extend(gone)
-    if rules_shown is not None:
-        store.manifest["markup"] = rules_shown.to_dict()
     # A folder ingested before inside one ingested now: its documents moved into it, so does its record.
     roots_now = store.document_roots()
     absorbed = [r for r in store.manifest.get("sources") or {}
                 if r not in roots_now and not r.startswith("beir:") and r not in {j.root for j in jobs} and any(
                     j.root != r and not j.root.startswith("beir:") and Path(r).is_relative_to(j.root) for j in jobs)]
-    for r in absorbed:
-        store.manifest["sources"].pop(r)
     doc_ids = store.document_ids() if any(j.options.meta_from_path for j in jobs) else []
     for job in jobs:
         for pattern in job.options.meta_from_path:
             if not any(path_pattern(pattern).match(d) for d in doc_ids):
                 report.warnings.append(f"meta_from_path {pattern!r} matches no document id (ids look like "
                                        f"{next(iter(doc_ids), 'a/b.md')!r}: relative to the folder ingested)")
-    store.manifest["last_ingest"] = now_iso()
-    store.save_manifest()
+    store.record_ingest(None if rules_shown is None else rules_shown.to_dict(), absorbed)
     if options.parse_only:
         return report
     report.chunks_written = chunk(store, chunk_params, embedder=embedder, progress=progress)

@@ -57,7 +57,8 @@ def _stopwords(name: str | None) -> frozenset[str]:
 
 
 @lru_cache(maxsize=4)
-def _stemmer(name: str | None):
+def stemmer(name: str | None):
+    """The Snowball stemmer called ``name`` (None: no stemming); InputError naming the known ones."""
     if not name:
         return None
     import Stemmer
@@ -94,7 +95,7 @@ class Analyzer:
     def __init__(self, config: AnalyzerConfig | None = None):
         self.config = config or AnalyzerConfig()
         self._stop = _stopwords(self.config.stopwords)
-        self._stem = _stemmer(self.config.stemmer)
+        self._stem = stemmer(self.config.stemmer)
 
     def __call__(self, text: str) -> list[str]:
         if self.config.lowercase:

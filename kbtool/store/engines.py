@@ -50,3 +50,15 @@ def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None,
     if catalog is not None and not writable(chroma if chroma.is_dir() else store_path):
         return CatalogVectors(chroma, catalog, cache_key, lambda: readonly_error(store_path, "writing vectors"))
     return ChromaVectors(chroma, manifest["hnsw"], collection_name(retriever))
+
+
+def vectors_record(vectors: str | dict | None) -> dict | None:
+    """The manifest's record of where a new store keeps its vectors (None: Chroma embedded), from a
+    Chroma server's URL or ``{"url", "tenant", "database", "collection"}``."""
+    if vectors is None:
+        return None
+    from .chroma_server import server_record
+
+    if isinstance(vectors, str):
+        return server_record(vectors)
+    return server_record(vectors["url"], vectors.get("tenant"), vectors.get("database"), vectors.get("collection"))
