@@ -30,7 +30,18 @@ def render(report, console, all_metrics: bool = True) -> None:
     data = report.to_dict()
     names = report.config.metric_names()
     shown = names if all_metrics else [n for n in names if n in HEADLINE] or names
-    modes = data["config"]["modes"]
+    headline = [n for n in HEADLINE if n in names] or names[:3]
+    _header(data, console)
+    _modes(data, console, shown)
+    _fused(data, console, shown)
+    _tags(data, console, headline)
+    _refusals(data, console)
+    _missed(data, console)
+    _gates(data, console)
+    _baseline(data, console)
+
+
+def _header(data: dict, console) -> None:
     qs = data["question_set"]
     line = contract_line(data.get("contract"))
     if line:
@@ -38,6 +49,9 @@ def render(report, console, all_metrics: bool = True) -> None:
     console.print(f"[bold]{escape(qs['name'])}[/]: {qs['questions']} questions ({qs['answerable']} answerable, "
                   f"{qs['unanswerable']} unanswerable), level {data['config']['level']}", highlight=False)
 
+
+def _modes(data: dict, console, shown: list[str]) -> None:
+    modes = data["config"]["modes"]
     table = Table(title="Retrieval quality by mode", title_justify="left")
     table.add_column("metric", no_wrap=True)
     for m in modes:
@@ -49,6 +63,8 @@ def render(report, console, all_metrics: bool = True) -> None:
         table.add_row(f"{div} (docs)", *[_f(data["diversity"][m][div]) for m in modes])
     console.print(table)
 
+
+def _fused(data: dict, console, shown: list[str]) -> None:
     deltas = data["fused_vs_best_single"]
     if deltas:
         t = Table(title="Fused mode minus the best single retriever (which one, in brackets)", title_justify="left")
@@ -65,7 +81,9 @@ def render(report, console, all_metrics: bool = True) -> None:
             t.add_row(name, *cells)
         console.print(t)
 
-    headline = [n for n in HEADLINE if n in report.config.metric_names()] or report.config.metric_names()[:3]
+
+def _tags(data: dict, console, headline: list[str]) -> None:
+    modes = data["config"]["modes"]
     if data["by_tag"]:
         tags = Table(title="By question type (tag; n = answerable questions)", title_justify="left")
         tags.add_column("tag", min_width=10, overflow="fold")
@@ -84,6 +102,9 @@ def render(report, console, all_metrics: bool = True) -> None:
                              end_section=i == len(headline) - 1)
         console.print(tags)
 
+
+def _refusals(data: dict, console) -> None:
+    qs = data["question_set"]
     if qs["unanswerable"] or data["refusal"]:
         refusal = Table(title="Refusals (unanswerable questions)", title_justify="left")
         for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)", "correct_refusal",
@@ -105,6 +126,9 @@ def render(report, console, all_metrics: bool = True) -> None:
                       "from decide.model (without one: the top hit's confidence); each mistake's value, top document "
                       "and signals are in --json / --out.[/]")
 
+
+def _missed(data: dict, console) -> None:
+    qs, modes = data["question_set"], data["config"]["modes"]
     missed = data.get("missed")
     if missed and qs["answerable"]:
         for m, rows in missed["modes"].items():
@@ -118,6 +142,8 @@ def render(report, console, all_metrics: bool = True) -> None:
                       f"answerable, {rel['questions']} questions: AUC {auc}, calibration error "
                       f"{rel['calibration_error']:.3f} (reliability bins in --json and report.html)[/]", highlight=False)
 
+
+def _gates(data: dict, console) -> None:
     if data["gates"]:
         gates = Table(title="Gates", title_justify="left")
         for col in ("gate", "required", "actual", "result"):
@@ -127,6 +153,9 @@ def render(report, console, all_metrics: bool = True) -> None:
                           "[green]pass[/]" if g["passed"] else "[red]FAIL[/]")
         console.print(gates)
 
+
+def _baseline(data: dict, console) -> None:
+    modes = data["config"]["modes"]
     if data["baseline"]:
         b = data["baseline"]
         mode = primary_mode(modes)
