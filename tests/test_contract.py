@@ -1,4 +1,4 @@
-"""The retrieval contract (kbtool/contract.py), its CLI group, the filter syntax and question
+"""The retrieval contract (kbtool/contract/), its CLI group, the filter syntax and question
 preprocessing. Pure unit tests plus CliRunner runs: no store, no embedding model."""
 
 from __future__ import annotations
