@@ -51,7 +51,8 @@ def eval_(
 
     from ..errors import InputError, UsageError
     from ..evaluation.compare import (check_gates, compare_refusals_to_baseline, compare_to_baseline, prepare_gates,
-                                      read_baseline, read_baseline_refusals, recorded_gate, significant_regressions)
+                                      read_baseline, read_baseline_refusals, recorded_gate, recorded_gates,
+                                      significant_regressions)
     from ..evaluation.evaluate import DEFAULT_KS, DEFAULT_MODES, EvalConfig, evaluate
     from ..evaluation.metrics import DEFAULT_METRICS
     from ..evaluation.questions import lint_against_store, load_questions
@@ -146,9 +147,7 @@ def eval_(
     gates_ok = check_gates(report, gates)
     if fail_under_recorded is not None:
         rec = recorded_gate(base, report, fail_under_recorded)
-        for c in rec["checks"]:
-            report.gates.append({"spec": c["spec"], "mode": "contract", "metric": c["metric"], "tag": None,
-                                 "op": c["op"], "required": c["required"], "actual": c["actual"], "passed": c["passed"]})
+        report.gates += recorded_gates(rec)
         for reason in rec["skipped"]:
             err.print(f"[yellow]warning[/] --fail-under-recorded: not checked: {escape(reason)}", highlight=False)
         gates_ok &= rec["passed"]
@@ -173,7 +172,7 @@ def eval_(
 
         render(report, out, all_metrics=all_metrics or bool(metrics) or bool(k))
     if not gates_ok or (fail_on_regression and regressions):
-        why = [g["spec"] + f" (got {g['actual']})" for g in report.gates if not g["passed"]]
+        why = [g.spec + f" (got {g.actual})" for g in report.gates if not g.passed]
         why += [f"significant regression in {r}" for r in regressions] if fail_on_regression else []
         err.print(f"[bold red]Gate failed:[/] {escape('; '.join(why))}", highlight=False)
         raise typer.Exit(EXIT_GATE)
@@ -182,6 +181,6 @@ def eval_(
 def _contract_info(path: Path | None, contract, overrides) -> dict:
     """The contract in force, as eval names it: its file (None: the built-in one), version, the
     date it was calibrated, and the --set overrides on top."""
-    cal = contract.calibration or {}
+    date = contract.calibration.date if contract.calibration is not None else None
     return {"path": None if path is None else str(path), "version": contract.contract_version,
-            "calibrated": str(cal["date"])[:10] if cal.get("date") else None, "overrides": list(overrides or [])}
+            "calibrated": str(date)[:10] if date else None, "overrides": list(overrides or [])}

@@ -27,7 +27,7 @@ from .base import (
     RETRIEVERS,
     RRF_K,
 )
-from .file import calibrated_text, dump_yaml, yaml_load_plain
+from .file import Calibration, FusionProposal, calibrated_text, dump_yaml, yaml_load_plain
 from .load import (
     MAX_CONTRACT_BYTES,
     apply_override,
@@ -56,11 +56,13 @@ from .schema import (
     MODEL_FORMAT,
     Access,
     AnswerabilityModel,
+    CalibrationRecord,
     Contract,
     DataSpec,
     Decide,
     MetadataField,
     PlattMap,
+    Recorded,
     Source,
     Thresholds,
     Trace,
@@ -70,9 +72,9 @@ from .schema import (
 __all__ = [
     "BUNDLED_RETRIEVERS", "CONTEXT_FIELDS", "CONTRACT_FILE", "FEATURES", "MAX_CONTRACT_BYTES", "MODEL_FORMAT",
     "QUESTION_TYPES", "RERANK_KEY_ENV", "RETRIEVER", "RETRIEVERS", "RRF_K",
-    "Access", "AnswerabilityModel", "Compress", "Context", "Contract", "ContractError", "DataSpec", "Decide",
-    "Dedup", "Diversity", "Expand", "Freshness", "Fusion", "MetadataField", "PlattMap", "Postprocess",
-    "Preprocess", "Rerank", "Retrieve", "Rule", "Sensitive", "Source", "Thresholds", "Trace", "Weights",
+    "Access", "AnswerabilityModel", "Calibration", "CalibrationRecord", "Compress", "Context", "Contract", "ContractError", "DataSpec", "Decide",
+    "Dedup", "Diversity", "Expand", "Freshness", "Fusion", "FusionProposal", "MetadataField", "PlattMap", "Postprocess",
+    "Preprocess", "Recorded", "Rerank", "Retrieve", "Rule", "Sensitive", "Source", "Thresholds", "Trace", "Weights",
     "apply_override", "calibrated_text", "check_against_store", "contract_source", "default_contract",
     "dump_yaml", "find_contract", "format_error", "lexicon_path", "load_contract", "validate_contract",
     "yaml_load_plain",

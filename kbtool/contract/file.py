@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Optional
+
 from pydantic import BaseModel
 
-from .base import BUNDLED_RETRIEVERS
+from .base import BUNDLED_RETRIEVERS, _Strict
 from .load import validate_contract
-from .schema import Contract
+from .schema import AnswerabilityModel, CalibrationRecord, Contract, Thresholds
 
 
 # ---- writing --------------------------------------------------------------------------------
@@ -30,7 +33,7 @@ def _dump_model(model: BaseModel, indent: int):
         value = getattr(model, name)
         if info.description:
             yield f"{pad}# {info.description}\n"
-        if isinstance(value, BaseModel):
+        if isinstance(value, _Strict):  # a section (a record, e.g. the calibration appendix, is written whole)
             yield f"{pad}{name}:\n"
             yield from _dump_model(value, indent + 1)
             continue
@@ -65,7 +68,37 @@ def _scalar(value) -> str:
 
 
 # ---- calibration ----------------------------------------------------------------------------
-def calibrated_text(text: str | None, contract: Contract, result) -> str:
+@dataclass(frozen=True)
+class FusionProposal:
+    """The fusion calibrate adopted: retriever -> weight over the store's retrievers for an 'other'
+    question (``weights``) and per question type (``group_weights``)."""
+
+    method: str
+    normalization: str
+    rrf_k: int
+    weights: dict
+    group_weights: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``kbtool calibrate`` writes into a contract: the adopted fusion (None: kept as
+    written), the thresholds chosen (None: none) with exactly these tiers, the answerability model
+    they were chosen with (None: the contract's own), and the appendix (``calibration``)."""
+
+    fusion: Optional[FusionProposal] = None
+    thresholds: Optional[Thresholds] = None
+    tiers: dict = field(default_factory=dict)  # tier name -> Thresholds
+    model: Optional[AnswerabilityModel] = None
+    record: Optional[CalibrationRecord] = None
+
+
+def _wanted(p: FusionProposal, shared: dict) -> dict:
+    """Group -> retriever weights a proposal gives each rule ('other' last)."""
+    return {**{g: _retriever_weights(w) for g, w in p.group_weights.items()}, "other": shared}
+
+
+def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> str:
     """The contract file's text with a calibration applied: tuned fields set, contract_version
     bumped, the appendix recorded; comments, quoting and key order kept (ruamel.yaml round trip,
     values set in place). ``text`` None means the built-in contract (its commented form is the
@@ -83,65 +116,68 @@ def calibrated_text(text: str | None, contract: Contract, result) -> str:
         type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
     data = yaml.load(text if text is not None else dump_yaml(contract))
     _put(data, ["contract_version"], int(data.get("contract_version", contract.contract_version)) + 1)
-    if result.adopted:
-        p = result.proposed
-        _put(data, ["retrieve", "fusion", "method"], p["method"])
-        if p["method"] == "weighted":
-            _put(data, ["retrieve", "fusion", "normalization"], p["normalization"])
-        else:
-            _put(data, ["retrieve", "fusion", "rrf_k"], p["rrf_k"])
-        # Weights are retriever -> weight over the store's retrievers: those set, any other a
-        # weight names (a bundled model the store lacks) left as written.
-        shared = _retriever_weights(p["weights"])
-        if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
-            for name, w in shared.items():
-                _put(data, ["retrieve", "fusion", "weights", name], w)
-        retrieve = data["retrieve"]
-        if retrieve.get("rules") is None:
-            retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
-        rules = retrieve["rules"]
-        wanted = {**{g: _retriever_weights(w) for g, w in p["group_weights"].items()}, "other": shared}
-        for group, ws in wanted.items():
-            # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
-            # that weighs no bundled retriever the store lacks) takes the weights: the others stay
-            # as written, for a store with (or without) that retriever.
-            matching = [r for r in rules if r.get("when") == group and not _skipped_here(r.get("weights"), ws)][:1]
-            if not matching and group == "other":
-                continue  # "other" questions use fusion.weights
-            if not matching:
-                rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
-            for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
-                for name, w in ws.items():
-                    _put(rule, ["weights", name], round(w, 4))
-    model = getattr(result, "model", None)
-    if model is not None:
-        _put(data, ["decide", "model"], model)
-    elif result.thresholds and "model" not in (data.get("decide") or {}):
+    if cal.fusion is not None:
+        _write_fusion(data, contract, cal.fusion)
+    if cal.model is not None:
+        _put(data, ["decide", "model"], cal.model.model_dump(mode="json"))
+    elif cal.thresholds is not None and "model" not in (data.get("decide") or {}):
         # thresholds chosen with the contract's own model (or none): the file says which
         kept = contract.decide.model
         _put(data, ["decide", "model"], None if kept is None else kept.model_dump(mode="json"))
-    if result.thresholds:
-        d = result.thresholds["default"]
-        _put(data, ["decide", "thresholds", "answer"], d["answer"])
-        _put(data, ["decide", "thresholds", "low_confidence"], d["low_confidence"])
-        decide = data["decide"]
-        tiers = decide.get("tiers")
-        new_tiers = {name: {"answer": t["answer"], "low_confidence": t["low_confidence"]}
-                     for name, t in result.thresholds["tiers"].items()}
-        if tiers is None or not hasattr(tiers, "keys"):
-            decide["tiers"] = new_tiers
-        else:
-            for name in [k for k in tiers.keys() if k not in new_tiers]:
-                del tiers[name]
-            for name, t in new_tiers.items():
-                _put(tiers, [name, "answer"], t["answer"])
-                _put(tiers, [name, "low_confidence"], t["low_confidence"])
-    data["calibration"] = _plain(result.appendix)
+    if cal.thresholds is not None:
+        _write_thresholds(data, cal)
+    data["calibration"] = _plain(cal.record) if cal.record is not None else {}
     out = io.StringIO()
     yaml.dump(data, out)
     new = out.getvalue()
     validate_contract(yaml_load_plain(new), "the calibrated contract")
     return new
+
+
+def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
+    _put(data, ["retrieve", "fusion", "method"], p.method)
+    if p.method == "weighted":
+        _put(data, ["retrieve", "fusion", "normalization"], p.normalization)
+    else:
+        _put(data, ["retrieve", "fusion", "rrf_k"], p.rrf_k)
+    # Weights are retriever -> weight over the store's retrievers: those set, any other a
+    # weight names (a bundled model the store lacks) left as written.
+    shared = _retriever_weights(p.weights)
+    if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
+        for name, w in shared.items():
+            _put(data, ["retrieve", "fusion", "weights", name], w)
+    retrieve = data["retrieve"]
+    if retrieve.get("rules") is None:
+        retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
+    rules = retrieve["rules"]
+    for group, ws in _wanted(p, shared).items():
+        # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
+        # that weighs no bundled retriever the store lacks) takes the weights: the others stay
+        # as written, for a store with (or without) that retriever.
+        matching = [r for r in rules if r.get("when") == group and not _skipped_here(r.get("weights"), ws)][:1]
+        if not matching and group == "other":
+            continue  # "other" questions use fusion.weights
+        if not matching:
+            rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
+        for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
+            for name, w in ws.items():
+                _put(rule, ["weights", name], round(w, 4))
+
+
+def _write_thresholds(data, cal: Calibration) -> None:
+    _put(data, ["decide", "thresholds", "answer"], cal.thresholds.answer)
+    _put(data, ["decide", "thresholds", "low_confidence"], cal.thresholds.low_confidence)
+    decide = data["decide"]
+    tiers = decide.get("tiers")
+    new_tiers = {name: {"answer": t.answer, "low_confidence": t.low_confidence} for name, t in cal.tiers.items()}
+    if tiers is None or not hasattr(tiers, "keys"):
+        decide["tiers"] = new_tiers
+    else:
+        for name in [k for k in tiers.keys() if k not in new_tiers]:
+            del tiers[name]
+        for name, t in new_tiers.items():
+            _put(tiers, [name, "answer"], t["answer"])
+            _put(tiers, [name, "low_confidence"], t["low_confidence"])
 
 
 def _retriever_weights(w) -> dict[str, float]:

@@ -30,8 +30,7 @@ def find_contract(path: str | Path | None = None) -> Path | None:
 def contract_source(source: str | Path | None, contract: "Contract") -> dict:
     """Which contract is in force, as ``query --json`` and the server say it: {"path" (None: the
     built-in one), "version", "calibrated" (the date `kbtool calibrate --write` recorded, or None)}."""
-    cal = contract.calibration
-    date = cal.get("date") if isinstance(cal, dict) else None
+    date = contract.calibration.date if contract.calibration is not None else None
     return {"path": None if source is None else str(source), "version": contract.contract_version,
             "calibrated": str(date)[:10] if date else None}
 

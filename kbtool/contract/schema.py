@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from ..document import normalise_id_prefix
 from ..errors import ContractError
@@ -208,6 +208,61 @@ class Trace(_Strict):
     path: Optional[str] = Field(None, description="append one JSONL record per question to this file")
 
 
+# ---- 8. the calibration appendix ------------------------------------------------------------
+class _Record(BaseModel):
+    """A record ``kbtool calibrate --write`` wrote: every key kept (an older kbtool wrote fewer, a
+    newer one may write more) and dumped as written, only the keys given, in their order. Empty,
+    it is no record (false, as the empty mapping it replaced)."""
+
+    model_config = ConfigDict(extra="allow")
+    _order: tuple = PrivateAttr(())  # the keys as given
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data, handler):
+        record = handler(data)
+        if isinstance(data, dict):
+            record._order = tuple(data)
+        return record
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler):
+        out = handler(self)
+        given = set(self.model_fields_set) | set(self.model_extra or {})
+        keys = [k for k in self._order if k in given] + [k for k in out if k in given and k not in self._order]
+        return {k: out[k] for k in keys}
+
+    def __bool__(self) -> bool:
+        return bool(self.model_fields_set or self.model_extra)
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+
+class Recorded(_Record):
+    """What the calibrated contract scored on the whole question set (``eval --fail-under-recorded``)."""
+
+    metrics: Optional[dict[str, Any]] = None  # metric name (ndcg@10) -> mean, rounded to 6
+    refusal: Optional[dict[str, Any]] = None  # {unanswerable, correctly_refused, answerable, wrongly_refused} counts
+
+
+class CalibrationRecord(_Record):
+    """The contract's ``calibration`` appendix: what it was calibrated on, and the result."""
+
+    date: Any = None  # when, ISO 8601 (YAML may read an unquoted one as a datetime)
+    kbtool_version: Optional[str] = None
+    question_set: Optional[dict[str, Any]] = None  # path, sha256, questions_fingerprint, counts (provenance)
+    store: Optional[dict[str, Any]] = None  # the store's fingerprint as the calibrating caller saw it
+    objective: Optional[str] = None
+    folds: Optional[int] = None
+    seed: Optional[int] = None
+    heldout: Optional[dict[str, Any]] = None  # held-out objective: chosen, current, each retriever, gain, p_value
+    adopted: Optional[bool] = None
+    thresholds: Optional[dict[str, Any]] = None  # default, tiers, overall: thresholds and their rates
+    answerability: Optional[dict[str, Any]] = None  # fitted, oof quality, heldout_thresholds
+    recorded: Optional[Recorded] = None
+
+
 class Contract(_Strict):
     contract_version: int = Field(ge=1, strict=True, description="your version of this contract: bump it on every change")
     data: DataSpec = Field(default_factory=DataSpec)
@@ -218,7 +273,7 @@ class Contract(_Strict):
     decide: Decide = Field(default_factory=Decide)
     access: Access = Field(default_factory=Access)
     trace: Trace = Field(default_factory=Trace)
-    calibration: Optional[dict[str, Any]] = Field(
+    calibration: Optional[CalibrationRecord] = Field(
         None, description="written by `kbtool calibrate --write`: what this contract was calibrated on, and the result")
 
     def rule_for(self, types: set[str], available=None):
