@@ -367,3 +367,33 @@ def test_threshold_rates_print_their_counts():
     assert _of(0.2143, 28) == "6 of 28 (21.4%)"
     assert _of(None, 0) == "– of 0"
 
+
+def test_the_calibrated_contract_is_what_the_written_file_loads_as():
+    """calibrate builds the contract it writes directly (no YAML round trip): it equals the file
+    calibrated_text writes, read back, for an adopted fusion (a rule appended, one set, one kept),
+    thresholds with tiers replaced, a model and the appendix."""
+    import yaml
+
+    from kbtool.contract import (AnswerabilityModel, CalibrationRecord, calibrated_contract, default_contract,
+                                 validate_contract)
+    from kbtool.evaluation.calibrate import _current_fusion, as_calibration
+
+    contract = default_contract()
+    proposed = {**_current_fusion(contract, ("dense", "bm25")), "method": "rrf", "rrf_k": 30,
+                "weights": {"dense": 0.6, "bm25": 0.4}}
+    proposed["group_weights"] = {"identifier": {"dense": 0.2, "bm25": 0.8}, "cjk": {"dense": 0.1, "bm25": 0.9}}
+    th = {"default": {"answer": 0.8, "low_confidence": 0.6},
+          "tiers": {"cjk": {"answer": 0.5, "low_confidence": 0.4}, "identifier": {"answer": 0.7, "low_confidence": 0.7}}}
+    model = AnswerabilityModel(coefficients={"coverage": 1.5}, intercept=-0.25).model_dump(mode="json")
+    record = CalibrationRecord(date="2026-12-04T00:00:00+00:00", adopted=True, recorded={"metrics": {"ndcg@10": 0.5}})
+    for cal in (as_calibration(True, proposed, th, model, record), as_calibration(False, {}, th),
+                as_calibration(True, proposed)):
+        direct = calibrated_contract(contract, cal)
+        written = validate_contract(yaml.safe_load(calibrated_text(None, contract, cal)))
+        assert direct.to_dict() == written.to_dict()
+        assert list(direct.decide.tiers) == list(written.decide.tiers)
+    assert [(r.when, r.weights.as_dict()) for r in direct.retrieve.rules] == [
+        ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}),
+        ("cjk", {"dense": 0.1, "bm25": 0.9})]
+    assert direct.retrieve.fusion.method == "rrf" and direct.retrieve.fusion.rrf_k == 30
+    assert direct.retrieve.fusion.weights.as_dict() == {"dense": 0.6, "bm25": 0.4} and direct.contract_version == 2

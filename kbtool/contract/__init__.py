@@ -27,7 +27,7 @@ from .base import (
     RETRIEVERS,
     RRF_K,
 )
-from .file import Calibration, FusionProposal, calibrated_text, dump_yaml, yaml_load_plain
+from .file import Calibration, FusionProposal, calibrated_contract, calibrated_text, dump_yaml, yaml_load_plain
 from .load import (
     MAX_CONTRACT_BYTES,
     apply_override,
@@ -75,7 +75,7 @@ __all__ = [
     "Access", "AnswerabilityModel", "Calibration", "CalibrationRecord", "Compress", "Context", "Contract", "ContractError", "DataSpec", "Decide",
     "Dedup", "Diversity", "Expand", "Freshness", "Fusion", "FusionProposal", "MetadataField", "PlattMap", "Postprocess",
     "Preprocess", "Recorded", "Rerank", "Retrieve", "Rule", "Sensitive", "Source", "Thresholds", "Trace", "Weights",
-    "apply_override", "calibrated_text", "check_against_store", "contract_source", "default_contract",
+    "apply_override", "calibrated_contract", "calibrated_text", "check_against_store", "contract_source", "default_contract",
     "dump_yaml", "find_contract", "format_error", "lexicon_path", "load_contract", "validate_contract",
     "yaml_load_plain",
 ]

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from .base import BUNDLED_RETRIEVERS, _Strict
 from .load import validate_contract
+from .retrieve import Rule, Weights
 from .schema import AnswerabilityModel, CalibrationRecord, Contract, Thresholds
 
 
@@ -91,6 +92,49 @@ class Calibration:
     tiers: dict = field(default_factory=dict)  # tier name -> Thresholds
     model: Optional[AnswerabilityModel] = None
     record: Optional[CalibrationRecord] = None
+
+
+def calibrated_contract(contract: Contract, cal: Calibration) -> Contract:
+    """``contract`` with a calibration applied, as ``calibrated_text`` writes it into the
+    built-in contract's file (the two are checked equal in the tests)."""
+    retrieve = contract.retrieve
+    if cal.fusion is not None:
+        retrieve = _fused(retrieve, cal.fusion)
+    decide = contract.decide
+    if cal.model is not None:
+        decide = decide.model_copy(update={"model": cal.model})
+    if cal.thresholds is not None:
+        kept = [name for name in decide.tiers if name in cal.tiers]
+        tiers = {name: cal.tiers[name] for name in [*kept, *(n for n in cal.tiers if n not in kept)]}
+        decide = decide.model_copy(update={"thresholds": cal.thresholds, "tiers": tiers})
+    return contract.model_copy(update={
+        "contract_version": contract.contract_version + 1, "retrieve": retrieve, "decide": decide,
+        "calibration": cal.record if cal.record is not None else CalibrationRecord()})
+
+
+def _fused(retrieve, p: FusionProposal):
+    """``retrieve`` with the proposal's fusion: what ``_write_fusion`` writes, on the model."""
+    fusion = {"method": p.method}
+    fusion["normalization" if p.method == "weighted" else "rrf_k"] = (
+        p.normalization if p.method == "weighted" else p.rrf_k)
+    shared = _retriever_weights(p.weights)
+    written = _as_written(retrieve.fusion.weights)
+    if not _fuses_as(written, shared):
+        fusion["weights"] = Weights.model_validate({**written, **shared})
+    rules = list(retrieve.rules)
+    for group, ws in _wanted(p, shared).items():
+        matching = [i for i, r in enumerate(rules)
+                    if r.when == group and not _skipped_here(_as_written(r.weights), ws)][:1]
+        if not matching and group != "other":
+            rules.append(Rule(when=group, weights=Weights.model_validate({n: round(w, 4) for n, w in ws.items()})))
+        for i in (i for i in matching if not _fuses_as(_as_written(rules[i].weights), ws)):
+            weights = {**_as_written(rules[i].weights), **{n: round(w, 4) for n, w in ws.items()}}
+            rules[i] = rules[i].model_copy(update={"weights": Weights.model_validate(weights)})
+    return retrieve.model_copy(update={"fusion": retrieve.fusion.model_copy(update=fusion), "rules": rules})
+
+
+def _as_written(weights: Weights) -> dict:
+    return {"dense": weights.dense, "bm25": weights.bm25, **(weights.model_extra or {})}
 
 
 def _wanted(p: FusionProposal, shared: dict) -> dict:

@@ -206,11 +206,11 @@ def as_calibration(adopted: bool, proposed: dict, thresholds: dict | None = None
 
 def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict | None = None,
                      model: dict | None = None):
-    """The contract ``calibrated_text`` writes for this proposal (the one writer, parsed back)."""
-    from ..contract import calibrated_text, validate_contract, yaml_load_plain
+    """The contract ``--write`` writes for this proposal, built directly (``calibrated_contract``:
+    what ``calibrated_text`` writes, without a YAML round trip)."""
+    from ..contract import calibrated_contract
 
-    text = calibrated_text(None, contract, as_calibration(adopted, proposed, thresholds, model))
-    return validate_contract(yaml_load_plain(text), "the calibrated contract")
+    return calibrated_contract(contract, as_calibration(adopted, proposed, thresholds, model))
 
 
 # ---- one question under many contracts ------------------------------------------------------
