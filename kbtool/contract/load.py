@@ -75,9 +75,10 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
     contract = validate_contract(data, where)
     sens = contract.postprocess.sensitive
     if sens.lexicon:  # relative to the contract's folder (made absolute: copies keep it); read and checked now
-        rules = sens.rules(source.resolve().parent if source is not None else Path.cwd())
+        from ..sensitive import compiled
+
+        compiled(sens, source.resolve().parent if source is not None else Path.cwd(), reread=True)
         sens._written, sens.lexicon = sens.lexicon, lexicon_path(sens.lexicon, source)
-        sens._rules = rules
     return contract
 
 

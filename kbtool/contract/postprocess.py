@@ -181,17 +181,15 @@ class Sensitive(_Strict):
     def _yaml_off(cls, v):
         return "off" if v is False else v  # YAML reads a bare `off` as false
 
-    _rules: Any = PrivateAttr(None)
     _written: Any = PrivateAttr(None)  # the lexicon as the file wrote it (load_contract makes it absolute): `contract show`
 
     def rules(self, base: Optional[Path] = None):
         """The compiled rules, a relative lexicon read from ``base`` (default: the current folder;
-        ``load_contract`` makes it absolute): read and checked once, a bad lexicon is a ContractError."""
-        if self._rules is None:
-            from ..sensitive import rules_for
+        ``load_contract`` makes it absolute), as ``load_contract`` last read them: kept by
+        ``kbtool.sensitive.compiled``, not on this model (copies share them); a bad lexicon is a ContractError."""
+        from ..sensitive import compiled
 
-            self._rules = rules_for(self, base)
-        return self._rules
+        return compiled(self, base)
 
 
 class Postprocess(_Strict):
