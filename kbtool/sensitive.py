@@ -444,7 +444,7 @@ def load_lexicon(path: Path, shown: str) -> list[Category]:
 
 
 def rules_for(cfg, base: Path | None) -> Rules:
-    """The compiled rules of a ``postprocess.sensitive`` setting (cached on it)."""
+    """The compiled rules of a ``postprocess.sensitive`` setting (``compiled`` keeps them)."""
     cats = [] if cfg.credentials == "off" else [credentials_category(cfg.credentials)]
     if cfg.lexicon:
         path = Path(cfg.lexicon).expanduser()
@@ -452,6 +452,26 @@ def rules_for(cfg, base: Path | None) -> Rules:
             path = (base or Path.cwd()) / path
         cats = load_lexicon(path, cfg.lexicon) + cats
     return Rules(cats)
+
+
+# Compiled rules, kept outside the contract model: (credentials, lexicon file) -> the rules as the
+# latest ``load_contract`` read the lexicon. A contract and its copies (``contract_for_mode``) share
+# them; a server's reload reads the lexicon again, and a broken edit raises there, leaving these.
+_COMPILED: dict[tuple, Rules] = {}
+
+
+def compiled(cfg, base: Path | None = None, *, reread: bool = False) -> Rules:
+    """The rules of a ``postprocess.sensitive`` setting, compiled once per (credentials, lexicon
+    file; a relative one read from ``base``, default the current folder); ``reread``: read the
+    lexicon again (``load_contract``)."""
+    lexicon = None
+    if cfg.lexicon:
+        path = Path(cfg.lexicon).expanduser()
+        lexicon = str(path if path.is_absolute() else (base or Path.cwd()) / path)
+    key = (cfg.credentials, lexicon)
+    if reread or key not in _COMPILED:
+        _COMPILED[key] = rules_for(cfg, base)
+    return _COMPILED[key]
 
 
 def apply(rules: Rules, question: str, window: list, rows: dict) -> tuple[list, dict[str, str], dict, tuple | None]:

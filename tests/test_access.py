@@ -275,6 +275,7 @@ def test_status_counts_only_what_a_restricted_caller_may_read(kb, tmp_path):
 
 
 def test_calibration_appendix_counts_are_the_callers_and_compared_only_in_the_same_scope(kb, kb_public):
+    from kbtool.contract import CalibrationRecord
     from kbtool.evaluation.provenance import calibration_warnings, store_fingerprint, visible_appendix
     from kbtool.evaluation.questions import QuestionSet
 
@@ -285,8 +286,8 @@ def test_calibration_appendix_counts_are_the_callers_and_compared_only_in_the_sa
     # what a guest sees of the store equals a store without the secret document
     assert {k: v for k, v in guest.items() if k != "access"} == store_fingerprint(kb_public)
     qs = QuestionSet(name="q", questions=[], issues=[])
-    cal_whole = c.model_copy(update={"calibration": {"store": whole}})
-    cal_guest = c.model_copy(update={"calibration": {"store": guest}})
+    cal_whole = c.model_copy(update={"calibration": CalibrationRecord(store=whole)})
+    cal_guest = c.model_copy(update={"calibration": CalibrationRecord(store=guest)})
     assert calibration_warnings(cal_whole, kb, qs) == [] and calibration_warnings(cal_guest, kb, qs, "guest") == []
     assert calibration_warnings(cal_whole, kb, qs, "guest") == []  # totals are never compared with a guest's counts
     shown = visible_appendix(cal_whole.calibration, c, "guest")["store"]

@@ -235,7 +235,7 @@ def test_calibrate_fits_a_model_and_eval_of_the_written_contract_agrees(labelled
     assert new.decide.model is not None and new.decide.model.coefficients == r.model["coefficients"]
     report = evaluate(store, qs, EvalConfig(modes=["contract"]), contract=new, embedder=fake_embedder)
     assert report.refusal()["contract"]["correctly_refused"] == r.verification["refusal"]["correctly_refused"]
-    assert r.appendix["answerability"]["oof"]["auc"] == a["oof"]["auc"]
+    assert r.appendix.answerability["oof"]["auc"] == a["oof"]["auc"]
 
 
 def test_too_few_unanswerable_questions_fit_no_model_and_say_how_to_write_them(labelled, fake_embedder):

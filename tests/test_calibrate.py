@@ -57,10 +57,10 @@ def test_calibrate_moves_the_weight_off_a_blind_retriever(blind, embedder):
     assert r.adopted and h["p_value"] < 0.05 and h["chosen"] >= h["best_single"]
     assert r.proposed["weights"]["dense"] <= 0.2
     assert r.thresholds is None and any("unanswerable" in n for n in r.notes)  # none to calibrate on
-    new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r)))
+    new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r.calibration())))
     assert new.retrieve.fusion.weights.dense <= 0.2 and new.contract_version == 2
-    assert new.calibration["heldout"]["chosen"] == h["chosen"]
-    assert new.calibration["recorded"]["metrics"]["ndcg@10"] > 0.95
+    assert new.calibration.heldout["chosen"] == h["chosen"]
+    assert new.calibration.recorded.metrics["ndcg@10"] > 0.95
 
 
 def test_same_seed_same_result_and_folds_matter(blind, embedder):
@@ -155,7 +155,7 @@ def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_p
     assert "# team: reviewed by ops" in written and "# your version of this contract" in written
     c = load_contract(tmp_path / "kbtool.yaml")
     assert c.contract_version == 2
-    assert c.calibration["question_set"]["sha256"] == hashlib.sha256(qfile.read_bytes()).hexdigest()
+    assert c.calibration.question_set["sha256"] == hashlib.sha256(qfile.read_bytes()).hexdigest()
     assert c.retrieve.fusion.weights.dense <= 0.2
     # CI: eval against the recorded numbers; a changed question set is warned about
     r = runner.invoke(app, ["eval", str(qfile), "--store", str(store.path), "-q", "--fail-under-recorded", "0.02",

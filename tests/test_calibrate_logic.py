@@ -120,12 +120,12 @@ def test_appendix_records_the_file_sha256_and_the_content_fingerprint(tiny, fake
     store, qs, path = tiny
     contract = load_contract(None, [], search=False)
     r = calibrate(store, qs, contract, embedder=fake_embedder, min_count=3, folds=3, source=str(path))
-    record = r.appendix["question_set"]
+    record = r.appendix.question_set
     assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert record["questions_fingerprint"] == questions_fingerprint(qs) != record["sha256"]
     fewer = type(qs)(qs.name, qs.questions[:-1])
     for appendix in (r.appendix,  # new form, and the old one (content fingerprint under sha256)
-                     {**r.appendix, "question_set": {"path": str(path), "sha256": questions_fingerprint(qs)}}):
+                     r.appendix.model_copy(update={"question_set": {"path": str(path), "sha256": questions_fingerprint(qs)}})):
         cal = contract.model_copy(update={"calibration": appendix})
         assert calibration_warnings(cal, store, qs) == []
         assert any("question set differs" in w for w in calibration_warnings(cal, store, fewer))
@@ -260,10 +260,10 @@ def test_the_search_over_three_retrievers_weighs_use_m_on_cjk_questions(three_re
     assert curve["profiles"]["dense:use-m"]["weights"] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     assert max(curve["profiles"]["dense:use-m"]["metric"][1:]) > curve["profiles"]["dense:use-m"]["metric"][0]
 
-    new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r)))
+    new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r.calibration())))
     rules = {rule.when: rule.weights.as_dict() for rule in new.retrieve.rules}
     assert rules["cjk"] == w and new.retrieve.fusion.weights.as_dict() == r.proposed["weights"]
-    assert new.calibration["heldout"]["dense:use-m"] == h["dense:use-m"]
+    assert new.calibration.heldout["dense:use-m"] == h["dense:use-m"]
     # eval --fail-under-recorded 0 with the written contract: every recorded number reproduced
     report = evaluate(store, qs, EvalConfig(modes=["contract"], ks=[5, 10], metrics=["hit_rate", "mrr", "ndcg"]),
                       contract=new, embedder=fake_embedder)
@@ -312,20 +312,17 @@ def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_ret
 def test_weights_that_already_fuse_as_proposed_are_left_as_written():
     """A rule kept as written (a type with too few questions) is in the proposal normalised over
     the store's retrievers; --write leaves it (and any weights already at the proposal) alone."""
-    from types import SimpleNamespace
-
     import yaml
 
     from kbtool.contract import default_contract, validate_contract
-    from kbtool.evaluation.calibrate import _current_fusion
+    from kbtool.evaluation.calibrate import _current_fusion, as_calibration
 
     contract = default_contract()
     proposed = {**_current_fusion(contract, ("dense", "bm25", "dense:use-m")), "method": "rrf"}
     assert proposed["group_weights"]["cjk"] == {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}
     assert proposed["weights"] == {"dense": 0.7, "bm25": 0.3, "dense:use-m": 0.0}
     proposed["group_weights"]["identifier"] = {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
-    result = SimpleNamespace(adopted=True, proposed=proposed, thresholds=None, appendix={}, model=None)
-    new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
+    new = validate_contract(yaml.safe_load(calibrated_text(None, contract, as_calibration(True, proposed))))
     rules = {r.when: r.weights.as_dict() for r in new.retrieve.rules}
     assert [r.weights.as_dict() for r in new.retrieve.rules if r.when == "cjk"] == [
         {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, {"dense": 0.1, "bm25": 0.9}]
@@ -340,12 +337,10 @@ def test_calibrated_weights_go_to_the_rule_the_store_applies_and_no_other():
     lacks it) and the 0.1 / 0.9 one. Calibrating on a store without use-m writes the cjk weights into
     the second rule and leaves the first as written; on a store with use-m, the first, and the
     second stays the fallback."""
-    from types import SimpleNamespace
-
     import yaml
 
     from kbtool.contract import default_contract, validate_contract
-    from kbtool.evaluation.calibrate import _current_fusion
+    from kbtool.evaluation.calibrate import _current_fusion, as_calibration
 
     contract = default_contract()
     for retrievers, cjk, want in [
@@ -358,8 +353,7 @@ def test_calibrated_weights_go_to_the_rule_the_store_applies_and_no_other():
         if len(retrievers) == 2:
             assert proposed["group_weights"]["cjk"] == {"dense": 0.1, "bm25": 0.9}  # the rule that applies
         proposed["group_weights"]["cjk"] = cjk
-        result = SimpleNamespace(adopted=True, proposed=proposed, thresholds=None, appendix={}, model=None)
-        new = validate_contract(yaml.safe_load(calibrated_text(None, contract, result)))
+        new = validate_contract(yaml.safe_load(calibrated_text(None, contract, as_calibration(True, proposed))))
         assert [r.weights.as_dict() for r in new.retrieve.rules if r.when == "cjk"] == want, retrievers
         assert new.retriever_weights({"cjk"}, retrievers) == pytest.approx({k: v for k, v in cjk.items() if v})
 
@@ -372,3 +366,34 @@ def test_threshold_rates_print_their_counts():
     assert _of(0.0, 6) == "0 of 6 (0%)"
     assert _of(0.2143, 28) == "6 of 28 (21.4%)"
     assert _of(None, 0) == "– of 0"
+
+
+def test_the_calibrated_contract_is_what_the_written_file_loads_as():
+    """calibrate builds the contract it writes directly (no YAML round trip): it equals the file
+    calibrated_text writes, read back, for an adopted fusion (a rule appended, one set, one kept),
+    thresholds with tiers replaced, a model and the appendix."""
+    import yaml
+
+    from kbtool.contract import (AnswerabilityModel, CalibrationRecord, calibrated_contract, default_contract,
+                                 validate_contract)
+    from kbtool.evaluation.calibrate import _current_fusion, as_calibration
+
+    contract = default_contract()
+    proposed = {**_current_fusion(contract, ("dense", "bm25")), "method": "rrf", "rrf_k": 30,
+                "weights": {"dense": 0.6, "bm25": 0.4}}
+    proposed["group_weights"] = {"identifier": {"dense": 0.2, "bm25": 0.8}, "cjk": {"dense": 0.1, "bm25": 0.9}}
+    th = {"default": {"answer": 0.8, "low_confidence": 0.6},
+          "tiers": {"cjk": {"answer": 0.5, "low_confidence": 0.4}, "identifier": {"answer": 0.7, "low_confidence": 0.7}}}
+    model = AnswerabilityModel(coefficients={"coverage": 1.5}, intercept=-0.25).model_dump(mode="json")
+    record = CalibrationRecord(date="2026-12-04T00:00:00+00:00", adopted=True, recorded={"metrics": {"ndcg@10": 0.5}})
+    for cal in (as_calibration(True, proposed, th, model, record), as_calibration(False, {}, th),
+                as_calibration(True, proposed)):
+        direct = calibrated_contract(contract, cal)
+        written = validate_contract(yaml.safe_load(calibrated_text(None, contract, cal)))
+        assert direct.to_dict() == written.to_dict()
+        assert list(direct.decide.tiers) == list(written.decide.tiers)
+    assert [(r.when, r.weights.as_dict()) for r in direct.retrieve.rules] == [
+        ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}),
+        ("cjk", {"dense": 0.1, "bm25": 0.9})]
+    assert direct.retrieve.fusion.method == "rrf" and direct.retrieve.fusion.rrf_k == 30
+    assert direct.retrieve.fusion.weights.as_dict() == {"dense": 0.6, "bm25": 0.4} and direct.contract_version == 2

@@ -1,4 +1,4 @@
-"""The retrieval contract (kbtool/contract.py), its CLI group, the filter syntax and question
+"""The retrieval contract (kbtool/contract/), its CLI group, the filter syntax and question
 preprocessing. Pure unit tests plus CliRunner runs: no store, no embedding model."""
 
 from __future__ import annotations
@@ -521,3 +521,24 @@ def test_set_reaches_into_lists_by_index():
     assert c.retrieve.rules[0].weights.dense == 0.5 and c.retrieve.rules[0].when == "identifier"
     with pytest.raises(ContractError, match="not an index"):
         load_contract(None, ["retrieve.rules.7.weights={dense: 1, bm25: 0}"], search=False)
+
+
+def test_sensitive_rules_are_those_the_load_read_and_copies_share_them(tmp_path):
+    """postprocess.sensitive's compiled rules live outside the model (kbtool.sensitive.compiled):
+    a per-mode copy uses the rules its contract loaded with; a broken lexicon edit fails the next
+    load and leaves them; a good one is read by the next load."""
+    from kbtool.query.retriever import contract_for_mode
+
+    lex = write(tmp_path / "lex.yaml", "categories:\n  a:\n    words: [alpha]\n")
+    path = write(tmp_path / "kbtool.yaml", "contract_version: 1\npostprocess:\n  sensitive:\n    lexicon: lex.yaml\n")
+    c = load_contract(path)
+    rules = c.postprocess.sensitive.rules()
+    assert "_rules" not in type(c.postprocess.sensitive).__private_attributes__
+    assert contract_for_mode(c, "bm25").postprocess.sensitive.rules() is rules
+    write(lex, "categories: [oops\n")
+    with pytest.raises(ContractError, match="not valid YAML"):
+        load_contract(path)
+    assert contract_for_mode(c, "dense").postprocess.sensitive.rules() is rules
+    write(lex, "categories:\n  b:\n    words: [beta]\n")
+    names = [x.name for x in load_contract(path).postprocess.sensitive.rules().categories]
+    assert "b" in names and "a" not in names

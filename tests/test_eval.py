@@ -158,10 +158,10 @@ def test_out_writes_every_file(sample_report, tmp_path):
 
 # ---- gates and baselines ------------------------------------------------------------------------
 def test_gate_syntax():
-    assert parse_gate("ndcg@10=0.6", "hybrid") == {"spec": "ndcg@10=0.6", "mode": "hybrid", "metric": "ndcg@10",
+    assert parse_gate("ndcg@10=0.6", "hybrid").to_dict() == {"spec": "ndcg@10=0.6", "mode": "hybrid", "metric": "ndcg@10",
                                                    "tag": None, "required": 0.6}
     g = parse_gate("bm25:hit_rate@5[exact-id]=0.9", "hybrid")
-    assert (g["mode"], g["metric"], g["tag"], g["required"]) == ("bm25", "hit_rate@5", "exact-id", 0.9)
+    assert (g.mode, g.metric, g.tag, g.required) == ("bm25", "hit_rate@5", "exact-id", 0.9)
     with pytest.raises(InputError):
         parse_gate("ndcg10>0.5", "hybrid")
 

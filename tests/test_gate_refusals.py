@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbtool.cli import app
+from kbtool.contract import CalibrationRecord
 from kbtool.errors import UsageError
 from kbtool.evaluation.compare import (check_gates, compare_refusals_to_baseline, mcnemar_p, parse_gate, prepare_gates,
                                        read_baseline_refusals, recorded_gate, significant_regressions)
@@ -95,7 +96,7 @@ def test_json_lists_decisions_signals_and_mistakes():
 ])
 def test_gate_syntax_with_operators(spec, expected):
     g = parse_gate(spec, "hybrid")
-    assert (g["mode"], g["metric"], g["tag"], g["op"], g["required"]) == expected
+    assert (g.mode, g.metric, g.tag, g.op, g.required) == expected
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -132,9 +133,9 @@ def test_check_gates_compares_each_way_bounds_included():
                            "correct_refusal>=0.51", "false_answer[x]<=0", "hit_rate@1=1", "hit_rate@1<=0.9"],
                           report.config, report.question_set)
     assert not check_gates(report, gates)
-    assert [(g["actual"], g["passed"]) for g in report.gates] == [
+    assert [(g.actual, g.passed) for g in report.gates] == [
         (0.25, True), (0.25, False), (0.5, True), (0.5, False), (0.0, True), (1.0, True), (1.0, False)]
-    assert report.gates[5]["op"] == ">="  # '=' is 'at least'
+    assert report.gates[5].op == ">="  # '=' is 'at least'
     assert check_gates(_report(), [parse_gate("false_refusal<=0.3", "contract")])
 
 
@@ -143,7 +144,7 @@ def _calibrated(refusal=None, metrics=None):
     rec = {"metrics": metrics if metrics is not None else {"hit_rate@1": 1.0}}
     if refusal is not None:
         rec["refusal"] = refusal
-    return SimpleNamespace(calibration={"recorded": rec})
+    return SimpleNamespace(calibration=CalibrationRecord.model_validate({"recorded": rec}))
 
 
 def test_recorded_gate_holds_refusal_rates_within_the_tolerance():
@@ -264,4 +265,4 @@ def test_a_ranking_gate_outside_zero_to_one_is_a_usage_error():
 
     with pytest.raises(UsageError, match=r"ndcg@10 lies between 0 and 1: a gate at 5 can never pass"):
         parse_gate("ndcg@10>=5", "contract")
-    assert parse_gate("ndcg@10>=1", "contract")["required"] == 1.0
+    assert parse_gate("ndcg@10>=1", "contract").required == 1.0

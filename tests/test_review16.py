@@ -89,10 +89,10 @@ def test_thresholds_written_without_a_model_compare_the_best_hits_confidence(tmp
 
 
 def test_calibrate_write_without_a_fitted_model_names_the_model_the_thresholds_were_chosen_on(tmp_path):
-    from types import SimpleNamespace
+    from kbtool.evaluation.calibrate import as_calibration
 
     th = {"default": {"answer": 0.9, "low_confidence": 0.8}, "tiers": {}}
-    result = SimpleNamespace(adopted=False, proposed={}, thresholds=th, appendix={}, model=None)
+    result = as_calibration(False, {}, th)
     # a file with no decide section: the built-in model decided, so the written file keeps it
     src = "contract_version: 1\nretrieve:\n  top_k: 5\n"
     c = load_contract(write(tmp_path / "a.yaml", src), search=False)
@@ -145,12 +145,13 @@ def test_recorded_gate_with_no_slack_passes_the_numbers_it_recorded():
     unrounded 0.96428571 then read as 'below the recorded value' with DELTA 0."""
     from types import SimpleNamespace
 
+    from kbtool.contract import CalibrationRecord
     from kbtool.evaluation.compare import recorded_gate
 
     exact = {"hit_rate@5": 81 / 84, "ndcg@5": 0.8190881234}
-    c = SimpleNamespace(calibration={"recorded": {
+    c = SimpleNamespace(calibration=CalibrationRecord.model_validate({"recorded": {
         "metrics": {k: round(v, 6) for k, v in exact.items()},
-        "refusal": {"unanswerable": 26, "correctly_refused": 20, "answerable": 84, "wrongly_refused": 18}}})
+        "refusal": {"unanswerable": 26, "correctly_refused": 20, "answerable": 84, "wrongly_refused": 18}}}))
     rates = {"false_refusal": 18 / 84, "correct_refusal": 20 / 26}
     report = SimpleNamespace(config=SimpleNamespace(metric_names=lambda: list(exact)),
                              mean=lambda mode, name, tag=None: exact[name],

@@ -65,7 +65,7 @@ def calibrate(
                      source=str(questions), principal=principal, allow=allow)
     target = path or Path(CONTRACT_FILE)
     old = path.read_text(encoding="utf-8") if path else None
-    new = calibrated_text(old, c, result)
+    new = calibrated_text(old, c, result.calibration())
     diff = "".join(difflib.unified_diff((old or dump_yaml(c)).splitlines(True), new.splitlines(True),
                                         fromfile=str(path or "(built-in contract)"), tofile=str(target)))
     if out_dir:

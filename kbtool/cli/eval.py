@@ -81,7 +81,7 @@ def eval_(
 
         render(run.report, out, all_metrics=all_metrics or bool(metrics) or bool(k))
     if not run.gates_ok or (fail_on_regression and run.regressions):
-        why = [g["spec"] + f" (got {g['actual']})" for g in run.report.gates if not g["passed"]]
+        why = [g.spec + f" (got {g.actual})" for g in run.report.gates if not g.passed]
         why += [f"significant regression in {r}" for r in run.regressions] if fail_on_regression else []
         err.print(f"[bold red]Gate failed:[/] {escape('; '.join(why))}", highlight=False)
         raise typer.Exit(EXIT_GATE)

@@ -39,7 +39,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -97,11 +96,15 @@ class CalibrationResult:
     verification: dict | None = None
     model: dict | None = None  # the answerability model written into decide.model (None: none fitted)
     answerability: dict = field(default_factory=dict)  # its out-of-fold quality, ROC, reliability, rates
-    appendix: dict = field(default_factory=dict)
+    appendix: "CalibrationRecord | None" = None  # what --write records in the contract's calibration
     timings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
+        return {k: (v.to_dict() if k == "appendix" and v is not None else v) for k, v in self.__dict__.items()}
+
+    def calibration(self):
+        """What ``--write`` writes into the contract (``contract.file.Calibration``)."""
+        return as_calibration(self.adopted, self.proposed, self.thresholds, self.model, self.appendix)
 
 
 # ---- weight vectors and contracts for settings ----------------------------------------------
@@ -187,13 +190,28 @@ def _with_tiers(contract, tiers: dict):
     return contract.model_copy(update={"decide": contract.decide.model_copy(update={"tiers": tiers})})
 
 
+def as_calibration(adopted: bool, proposed: dict, thresholds: dict | None = None, model: dict | None = None,
+                   record=None):
+    """The typed ``Calibration`` the contract's writers take, from calibrate's proposal (``proposed``
+    when ``adopted``), thresholds ({"default", "tiers"}), model and appendix."""
+    from ..contract import AnswerabilityModel, Calibration, FusionProposal, Thresholds
+
+    as_thresholds = lambda t: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"])  # noqa: E731
+    fusion = FusionProposal(proposed["method"], proposed["normalization"], proposed["rrf_k"], proposed["weights"],
+                            proposed.get("group_weights") or {}) if adopted else None
+    return Calibration(
+        fusion=fusion, thresholds=as_thresholds(thresholds["default"]) if thresholds else None,
+        tiers={n: as_thresholds(t) for n, t in thresholds["tiers"].items()} if thresholds else {},
+        model=None if model is None else AnswerabilityModel.model_validate(model), record=record)
+
+
 def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict | None = None,
                      model: dict | None = None):
-    """The contract ``calibrated_text`` writes for this proposal (the one writer, parsed back)."""
-    from ..contract import calibrated_text, validate_contract, yaml_load_plain
+    """The contract ``--write`` writes for this proposal, built directly (``calibrated_contract``:
+    what ``calibrated_text`` writes, without a YAML round trip)."""
+    from ..contract import calibrated_contract
 
-    result = SimpleNamespace(adopted=adopted, proposed=proposed, thresholds=thresholds, appendix={}, model=model)
-    return validate_contract(yaml_load_plain(calibrated_text(None, contract, result)), "the calibrated contract")
+    return calibrated_contract(contract, as_calibration(adopted, proposed, thresholds, model))
 
 
 # ---- one question under many contracts ------------------------------------------------------
@@ -459,6 +477,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     result.appendix = _appendix(result, store, qs, source, store_fingerprint(store, contract, principal, allow))
     # The full pipeline with the calibrated contract, retrieving again, on the whole set: the
     # numbers `eval --fail-under-recorded` holds CI to.
+    from ..contract import Recorded
     from .evaluate import EvalConfig, evaluate
 
     new = written_contract(contract, adopted, proposed, thresholds, result.model)
@@ -470,8 +489,8 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     result.verification = {"metrics": recorded, "refusal": refusal}
     result.timings = {"retrieval_s": round(t1 - t0, 2), "search_s": round(t2 - t1, 2),
                       "verification_s": round(time.perf_counter() - t2, 2)}
-    result.appendix["recorded"] = {"metrics": recorded, "refusal": {k: refusal[k] for k in
-                                   ("unanswerable", "correctly_refused", "answerable", "wrongly_refused")}}
+    result.appendix.recorded = Recorded(metrics=recorded, refusal={k: refusal[k] for k in (
+        "unanswerable", "correctly_refused", "answerable", "wrongly_refused")})
     return result
 
 
@@ -701,8 +720,10 @@ def _heldout_rates(y: np.ndarray, refused: np.ndarray) -> dict:
             "false_refusal_interval": am.wilson(int(ans.sum()), int(len(ans)))}
 
 
-def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: dict) -> dict:
-    return {
+def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: dict):
+    from ..contract import CalibrationRecord
+
+    return CalibrationRecord(**{
         "date": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         "kbtool_version": __version__,
         "question_set": question_set_record(qs, source),
@@ -714,4 +735,4 @@ def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: di
                           **({"oof": {k: result.answerability["oof"][k] for k in ("auc", "brier", "calibration_error")},
                               "heldout_thresholds": result.answerability.get("heldout_thresholds")}
                              if result.answerability.get("fitted") else {})},
-    }
+    })

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 from ..errors import InputError, UsageError
 from ..query.retriever import is_single
@@ -36,7 +37,39 @@ _GATE_HELP = ("write [mode:]metric@k[tag]=value (meaning at least), or with <= /
               "contract:false_refusal<=0.1, correct_refusal[unanswerable]>=0.8")
 
 
-def parse_gate(spec: str, default_mode: str) -> dict:
+@dataclass
+class Gate:
+    """One quality gate: ``[mode:]metric[tag] op required``; ``actual`` and ``passed`` once
+    ``check_gates`` (or ``--fail-under-recorded``) checked it. ``op`` is ``>=`` (at least) unless
+    the spec wrote ``<=``."""
+
+    spec: str
+    mode: str
+    metric: str
+    tag: Optional[str]
+    required: float
+    op: str = ">="
+    op_written: bool = False  # the spec gave <= or >= (``=`` means at least)
+    actual: Optional[float] = None
+    passed: Optional[bool] = None
+    recorded: bool = False  # a --fail-under-recorded check: required is the recorded value -/+ DELTA
+
+    def to_dict(self) -> dict:
+        """The gate in ``eval --json``'s ``gates`` (keys in the order they were always written)."""
+        out = {"spec": self.spec, "mode": self.mode, "metric": self.metric, "tag": self.tag}
+        if self.recorded:
+            out["op"] = self.op
+        out["required"] = self.required
+        if self.op_written:
+            out["op"] = self.op
+        if self.passed is not None:
+            out["actual"] = self.actual
+            out["op"] = self.op
+            out["passed"] = self.passed
+        return out
+
+
+def parse_gate(spec: str, default_mode: str) -> Gate:
     """``[mode:]metric[tag]OP value``: OP ``=`` (at least, for ranking metrics only), ``>=`` or
     ``<=``; metric a ranking metric ``name@k`` or a refusal rate (``evaluate.RATES``). E.g.
     ``ndcg@10=0.6``, ``bm25:hit_rate@5[exact-id]>=0.9``, ``contract:false_refusal<=0.1``.
@@ -68,10 +101,8 @@ def parse_gate(spec: str, default_mode: str) -> dict:
                              f"{', '.join(METRICS)}, or a refusal rate: {', '.join(rates)}") from None
         if not 0 <= value <= 1:  # every ranking metric here is a mean of per-question scores in [0, 1]
             raise UsageError(f"gate {spec!r}: {metric} lies between 0 and 1: a gate at {value:g} can never pass")
-    gate = {"spec": spec, "mode": m["mode"] or default_mode, "metric": metric, "tag": m["tag"], "required": value}
-    if op != "=":
-        gate["op"] = op
-    return gate
+    return Gate(spec=spec, mode=m["mode"] or default_mode, metric=metric, tag=m["tag"], required=value,
+                op=">=" if op == "=" else op, op_written=op != "=")
 
 
 def primary_mode(modes: Sequence[str]) -> str:
@@ -82,7 +113,7 @@ def primary_mode(modes: Sequence[str]) -> str:
     return (fused or list(modes))[0]
 
 
-def prepare_gates(specs: Sequence[str], config: EvalConfig, qs: QuestionSet) -> list[dict]:
+def prepare_gates(specs: Sequence[str], config: EvalConfig, qs: QuestionSet) -> list[Gate]:
     """Parse and check every gate spec before anything runs (a typo fails in a second, not after the run)."""
 
     default = primary_mode(config.modes)
@@ -90,21 +121,21 @@ def prepare_gates(specs: Sequence[str], config: EvalConfig, qs: QuestionSet) -> 
     gates = []
     for spec in specs:
         gate = parse_gate(spec, default)
-        if gate["mode"] not in config.modes:
-            raise UsageError(f"gate {spec!r}: mode {gate['mode']!r} is not among the modes evaluated")
-        tag = gate["tag"]
-        if gate["metric"] in RATE_NEEDS:
-            kind = RATE_NEEDS[gate["metric"]]
+        if gate.mode not in config.modes:
+            raise UsageError(f"gate {spec!r}: mode {gate.mode!r} is not among the modes evaluated")
+        tag = gate.tag
+        if gate.metric in RATE_NEEDS:
+            kind = RATE_NEEDS[gate.metric]
             if not any(q.answerable == (kind == "answerable") and (tag is None or tag in q.tags) for q in qs.questions):
                 where = f" with tag {tag!r}" if tag else ""
                 how = ' ("relevant": [])' if kind == "unanswerable" else ""
-                raise UsageError(f"gate {spec!r}: {gate['metric']} is a share of {kind} questions{how} and the "
+                raise UsageError(f"gate {spec!r}: {gate.metric} is a share of {kind} questions{how} and the "
                                  f"question set has none{where}: add some, or drop the gate")
             gates.append(gate)
             continue
-        base, k = parse_metric(gate["metric"])
+        base, k = parse_metric(gate.metric)
         if base not in config.metrics or k not in config.ks:
-            raise UsageError(f"gate {spec!r}: {gate['metric']} is not computed (see the metrics and ks evaluated)")
+            raise UsageError(f"gate {spec!r}: {gate.metric} is not computed (see the metrics and ks evaluated)")
         if tag and tag not in scorable_tags:
             raise UsageError(f"gate {spec!r}: no answerable question has tag {tag!r}")
         gates.append(gate)
@@ -117,19 +148,24 @@ def _holds(actual: float | None, op: str, required: float) -> bool:
     return actual <= required + 1e-9 if op == "<=" else actual >= required - 1e-9
 
 
-def check_gates(report: EvalReport, gates: list[dict]) -> bool:
+def check_gates(report: EvalReport, gates: list[Gate]) -> bool:
     ok = True
     for gate in gates:
-        if gate["metric"] in RATES:
-            actual = report.rate(gate["mode"], gate["metric"], gate["tag"])
+        if gate.metric in RATES:
+            actual = report.rate(gate.mode, gate.metric, gate.tag)
         else:
-            actual = report.mean(gate["mode"], gate["metric"], gate["tag"])
-        gate["actual"] = None if actual is None else round(actual, 6)
-        gate["op"] = gate.get("op", ">=")
-        gate["passed"] = _holds(actual, gate["op"], gate["required"])
-        ok &= gate["passed"]
+            actual = report.mean(gate.mode, gate.metric, gate.tag)
+        gate.actual = None if actual is None else round(actual, 6)
+        gate.passed = _holds(actual, gate.op, gate.required)
+        ok &= gate.passed
         report.gates.append(gate)
     return ok
+
+
+def recorded_gates(rec: dict) -> list[Gate]:
+    """``recorded_gate``'s checks as gates of the report."""
+    return [Gate(spec=c["spec"], mode="contract", metric=c["metric"], tag=None, required=c["required"], op=c["op"],
+                 op_written=True, actual=c["actual"], passed=c["passed"], recorded=True) for c in rec["checks"]]
 
 
 def read_baseline(data, modes: Sequence[str]) -> dict[str, dict]:
@@ -322,10 +358,9 @@ def recorded_gate(contract, report: EvalReport, delta: float) -> dict:
     below it (rates from ``calibration.recorded.refusal``'s counts). Returns {delta, checks
     [{spec, metric, op, recorded, required, actual, passed}], skipped [reasons], passed}."""
 
-    cal = contract.calibration or {}
-    rec = cal.get("recorded") or {}
-    recorded = rec.get("metrics") or {}
-    refusal = rec.get("refusal") or {}
+    rec = contract.calibration.recorded if contract.calibration is not None else None
+    recorded = (rec.metrics if rec is not None else None) or {}
+    refusal = (rec.refusal if rec is not None else None) or {}
     if not recorded and not refusal:
         raise UsageError("recorded gate: the contract has no recorded metrics: calibrate it first (`kbtool calibrate --write`)")
     checks, skipped = [], []

@@ -93,7 +93,7 @@ class EvalReport:
     results: list[QuestionResult]
     store_info: dict
     source: str = ""
-    gates: list[dict] = field(default_factory=list)
+    gates: list = field(default_factory=list)  # compare.Gate, as checked
     baseline: dict | None = None
     calibration: dict | None = None  # the contract's calibration appendix, and warnings, when it has one
     contract: dict | None = None  # the contract in force: {path, version, calibrated, overrides} (set by the CLI)
@@ -256,7 +256,7 @@ class EvalReport:
             "missed": self.missed(),
             "reliability": self.reliability(),
             "lint": [str(i) for i in qs.issues],
-            "gates": self.gates,
+            "gates": [g.to_dict() for g in self.gates],
             "baseline": self.baseline,
             "calibration": self.calibration,
             "per_question": [

@@ -62,16 +62,16 @@ def store_fingerprint(store, contract=None, principal: str | None = None, allow=
     return out
 
 
-def visible_appendix(appendix: dict, contract, principal: str | None = None, allow=None) -> dict:
-    """The calibration appendix as a caller may see it: a restricted caller gets the store counts
-    only when they were recorded under its own tags."""
+def visible_appendix(appendix, contract, principal: str | None = None, allow=None) -> dict:
+    """The calibration appendix (a ``CalibrationRecord``) as a caller may see it, a mapping: a
+    restricted caller gets the store counts only when they were recorded under its own tags."""
     from ..access import access_tags
 
     tags = access_tags(contract, principal, allow)
-    store = appendix.get("store") or {}
+    store = appendix.store or {}
     if tags is None or store.get("access") == sorted(tags):
-        return appendix
-    return {**appendix, "store": {k: v for k, v in store.items() if k not in ("documents", "chunks")}}
+        return appendix.to_dict()
+    return {**appendix.to_dict(), "store": {k: v for k, v in store.items() if k not in ("documents", "chunks")}}
 
 
 def calibration_warnings(contract, store, qs, principal: str | None = None, allow=None) -> list[str]:
@@ -81,11 +81,11 @@ def calibration_warnings(contract, store, qs, principal: str | None = None, allo
     if not cal:
         return []
     out = []
-    record = cal.get("question_set") or {}
+    record = cal.question_set or {}
     if question_set_changed(record, qs):
         out.append("the question set differs from the one the contract was calibrated on "
                    f"({record.get('path') or 'unknown'}): recalibrate with `kbtool calibrate`")
-    then, now = cal.get("store") or {}, store_fingerprint(store, contract, principal, allow)
+    then, now = cal.store or {}, store_fingerprint(store, contract, principal, allow)
     keys = STORE_KEYS if then.get("access") == now.get("access") else [k for k in STORE_KEYS if k not in ("documents", "chunks")]
     changed = [k for k in keys if k in then and then[k] != now[k]]
     if changed:

@@ -56,7 +56,7 @@ def run_eval(store, request: EvalRequest, *, progress: Callable[[int, int], None
     is read). ``warn(message)`` is told, as they are found, what the caller should know: calibration
     warnings, question-set issues, modes that returned nothing, recorded gates not checked."""
     from .compare import (check_gates, compare_refusals_to_baseline, compare_to_baseline, prepare_gates,
-                          read_baseline, read_baseline_refusals, recorded_gate, significant_regressions)
+                          read_baseline, read_baseline_refusals, recorded_gate, recorded_gates, significant_regressions)
     from .evaluate import DEFAULT_KS, DEFAULT_MODES, EvalConfig, evaluate
     from .metrics import DEFAULT_METRICS
     from .provenance import calibration_warnings, visible_appendix
@@ -110,9 +110,7 @@ def run_eval(store, request: EvalRequest, *, progress: Callable[[int, int], None
     gates_ok = check_gates(report, gates)
     if r.fail_under_recorded is not None:
         rec = recorded_gate(base, report, r.fail_under_recorded)
-        for c in rec["checks"]:
-            report.gates.append({"spec": c["spec"], "mode": "contract", "metric": c["metric"], "tag": None,
-                                 "op": c["op"], "required": c["required"], "actual": c["actual"], "passed": c["passed"]})
+        report.gates += recorded_gates(rec)
         for reason in rec["skipped"]:
             warn(f"--fail-under-recorded: not checked: {reason}")
         gates_ok &= rec["passed"]
@@ -153,9 +151,9 @@ def contracts_in_force(paths: Sequence[Path], overrides: Sequence[str]) -> tuple
 def _contract_info(path: Path | None, contract, overrides) -> dict:
     """The contract in force, as eval names it: its file (None: the built-in one), version, the
     date it was calibrated, and the --set overrides on top."""
-    cal = contract.calibration or {}
+    date = contract.calibration.date if contract.calibration is not None else None
     return {"path": None if path is None else str(path), "version": contract.contract_version,
-            "calibrated": str(cal["date"])[:10] if cal.get("date") else None, "overrides": list(overrides or [])}
+            "calibrated": str(date)[:10] if date else None, "overrides": list(overrides or [])}
 
 
 def _make_out_dir(out_dir: Path | None) -> None:

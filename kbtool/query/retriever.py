@@ -85,11 +85,8 @@ def contract_for_mode(contract, mode: str):
     data["retrieve"]["fusion"].update(over)
     if rules is not None:
         data["retrieve"]["rules"] = rules
-    copy = type(contract).model_validate(data)
-    # the sensitive rules compiled when the contract loaded, not the lexicon file as it is now: a
-    # server reloads an edited lexicon with its contract (a broken edit never reaches a request)
-    copy.postprocess.sensitive._rules = contract.postprocess.sensitive._rules
-    return copy
+    # postprocess.sensitive's rules are those compiled when the contract loaded (kbtool.sensitive.compiled)
+    return type(contract).model_validate(data)
 
 
 @dataclass

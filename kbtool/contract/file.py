@@ -1,0 +1,273 @@
+"""Writing a contract: ``dump_yaml`` (the commented file ``contract init`` writes) and
+``calibrated_text`` (a contract file with a calibration applied, comments and order kept)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import BaseModel
+
+from .base import BUNDLED_RETRIEVERS, _Strict
+from .load import validate_contract
+from .retrieve import Rule, Weights
+from .schema import AnswerabilityModel, CalibrationRecord, Contract, Thresholds
+
+
+# ---- writing --------------------------------------------------------------------------------
+def dump_yaml(contract: Contract, comments: bool = True) -> str:
+    """YAML text of a contract; with comments, each key carries its description (the `init` file)."""
+    import yaml
+
+    if not comments:
+        return yaml.safe_dump(contract.to_dict(), sort_keys=False, allow_unicode=True, width=100)
+    head = ("# kbtool retrieval contract: how a question becomes an answer.\n"
+            "# Validate with `kbtool contract validate`, see the effective one with `kbtool contract show`.\n")
+    return head + "".join(_dump_model(contract, 0))
+
+
+def _dump_model(model: BaseModel, indent: int):
+    import yaml
+
+    pad = "  " * indent
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if info.description:
+            yield f"{pad}# {info.description}\n"
+        if isinstance(value, _Strict):  # a section (a record, e.g. the calibration appendix, is written whole)
+            yield f"{pad}{name}:\n"
+            yield from _dump_model(value, indent + 1)
+            continue
+        plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else _plain(value)
+        if isinstance(plain, (dict, list)) and plain:
+            text = yaml.safe_dump({name: plain}, sort_keys=False, allow_unicode=True, width=100)
+            yield "".join(f"{pad}{line}\n" for line in text.splitlines())
+        else:
+            yield f"{pad}{name}: {_scalar(plain)}\n"
+
+
+def _plain(value):
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _scalar(value) -> str:
+    import json
+
+    import yaml
+
+    if isinstance(value, str) and "\n" in value:
+        return json.dumps(value, ensure_ascii=False)  # one line, double-quoted: diffs and edits stay small
+
+    text = yaml.safe_dump(value, allow_unicode=True, width=10**6, default_flow_style=True).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+# ---- calibration ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FusionProposal:
+    """The fusion calibrate adopted: retriever -> weight over the store's retrievers for an 'other'
+    question (``weights``) and per question type (``group_weights``)."""
+
+    method: str
+    normalization: str
+    rrf_k: int
+    weights: dict
+    group_weights: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``kbtool calibrate`` writes into a contract: the adopted fusion (None: kept as
+    written), the thresholds chosen (None: none) with exactly these tiers, the answerability model
+    they were chosen with (None: the contract's own), and the appendix (``calibration``)."""
+
+    fusion: Optional[FusionProposal] = None
+    thresholds: Optional[Thresholds] = None
+    tiers: dict = field(default_factory=dict)  # tier name -> Thresholds
+    model: Optional[AnswerabilityModel] = None
+    record: Optional[CalibrationRecord] = None
+
+
+def calibrated_contract(contract: Contract, cal: Calibration) -> Contract:
+    """``contract`` with a calibration applied, as ``calibrated_text`` writes it into the
+    built-in contract's file (the two are checked equal in the tests)."""
+    retrieve = contract.retrieve
+    if cal.fusion is not None:
+        retrieve = _fused(retrieve, cal.fusion)
+    decide = contract.decide
+    if cal.model is not None:
+        decide = decide.model_copy(update={"model": cal.model})
+    if cal.thresholds is not None:
+        kept = [name for name in decide.tiers if name in cal.tiers]
+        tiers = {name: cal.tiers[name] for name in [*kept, *(n for n in cal.tiers if n not in kept)]}
+        decide = decide.model_copy(update={"thresholds": cal.thresholds, "tiers": tiers})
+    return contract.model_copy(update={
+        "contract_version": contract.contract_version + 1, "retrieve": retrieve, "decide": decide,
+        "calibration": cal.record if cal.record is not None else CalibrationRecord()})
+
+
+def _fused(retrieve, p: FusionProposal):
+    """``retrieve`` with the proposal's fusion: what ``_write_fusion`` writes, on the model."""
+    fusion = {"method": p.method}
+    fusion["normalization" if p.method == "weighted" else "rrf_k"] = (
+        p.normalization if p.method == "weighted" else p.rrf_k)
+    shared = _retriever_weights(p.weights)
+    written = _as_written(retrieve.fusion.weights)
+    if not _fuses_as(written, shared):
+        fusion["weights"] = Weights.model_validate({**written, **shared})
+    rules = list(retrieve.rules)
+    for group, ws in _wanted(p, shared).items():
+        matching = [i for i, r in enumerate(rules)
+                    if r.when == group and not _skipped_here(_as_written(r.weights), ws)][:1]
+        if not matching and group != "other":
+            rules.append(Rule(when=group, weights=Weights.model_validate({n: round(w, 4) for n, w in ws.items()})))
+        for i in (i for i in matching if not _fuses_as(_as_written(rules[i].weights), ws)):
+            weights = {**_as_written(rules[i].weights), **{n: round(w, 4) for n, w in ws.items()}}
+            rules[i] = rules[i].model_copy(update={"weights": Weights.model_validate(weights)})
+    return retrieve.model_copy(update={"fusion": retrieve.fusion.model_copy(update=fusion), "rules": rules})
+
+
+def _as_written(weights: Weights) -> dict:
+    return {"dense": weights.dense, "bm25": weights.bm25, **(weights.model_extra or {})}
+
+
+def _wanted(p: FusionProposal, shared: dict) -> dict:
+    """Group -> retriever weights a proposal gives each rule ('other' last)."""
+    return {**{g: _retriever_weights(w) for g, w in p.group_weights.items()}, "other": shared}
+
+
+def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> str:
+    """The contract file's text with a calibration applied: tuned fields set, contract_version
+    bumped, the appendix recorded; comments, quoting and key order kept (ruamel.yaml round trip,
+    values set in place). ``text`` None means the built-in contract (its commented form is the
+    starting point). Threshold tiers become exactly those the calibration measured, so the rates
+    it reports are what the written contract does."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 4096
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=2, offset=0)  # the layout `contract init` writes
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    data = yaml.load(text if text is not None else dump_yaml(contract))
+    _put(data, ["contract_version"], int(data.get("contract_version", contract.contract_version)) + 1)
+    if cal.fusion is not None:
+        _write_fusion(data, contract, cal.fusion)
+    if cal.model is not None:
+        _put(data, ["decide", "model"], cal.model.model_dump(mode="json"))
+    elif cal.thresholds is not None and "model" not in (data.get("decide") or {}):
+        # thresholds chosen with the contract's own model (or none): the file says which
+        kept = contract.decide.model
+        _put(data, ["decide", "model"], None if kept is None else kept.model_dump(mode="json"))
+    if cal.thresholds is not None:
+        _write_thresholds(data, cal)
+    data["calibration"] = _plain(cal.record) if cal.record is not None else {}
+    out = io.StringIO()
+    yaml.dump(data, out)
+    new = out.getvalue()
+    validate_contract(yaml_load_plain(new), "the calibrated contract")
+    return new
+
+
+def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
+    _put(data, ["retrieve", "fusion", "method"], p.method)
+    if p.method == "weighted":
+        _put(data, ["retrieve", "fusion", "normalization"], p.normalization)
+    else:
+        _put(data, ["retrieve", "fusion", "rrf_k"], p.rrf_k)
+    # Weights are retriever -> weight over the store's retrievers: those set, any other a
+    # weight names (a bundled model the store lacks) left as written.
+    shared = _retriever_weights(p.weights)
+    if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
+        for name, w in shared.items():
+            _put(data, ["retrieve", "fusion", "weights", name], w)
+    retrieve = data["retrieve"]
+    if retrieve.get("rules") is None:
+        retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
+    rules = retrieve["rules"]
+    for group, ws in _wanted(p, shared).items():
+        # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
+        # that weighs no bundled retriever the store lacks) takes the weights: the others stay
+        # as written, for a store with (or without) that retriever.
+        matching = [r for r in rules if r.get("when") == group and not _skipped_here(r.get("weights"), ws)][:1]
+        if not matching and group == "other":
+            continue  # "other" questions use fusion.weights
+        if not matching:
+            rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
+        for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
+            for name, w in ws.items():
+                _put(rule, ["weights", name], round(w, 4))
+
+
+def _write_thresholds(data, cal: Calibration) -> None:
+    _put(data, ["decide", "thresholds", "answer"], cal.thresholds.answer)
+    _put(data, ["decide", "thresholds", "low_confidence"], cal.thresholds.low_confidence)
+    decide = data["decide"]
+    tiers = decide.get("tiers")
+    new_tiers = {name: {"answer": t.answer, "low_confidence": t.low_confidence} for name, t in cal.tiers.items()}
+    if tiers is None or not hasattr(tiers, "keys"):
+        decide["tiers"] = new_tiers
+    else:
+        for name in [k for k in tiers.keys() if k not in new_tiers]:
+            del tiers[name]
+        for name, t in new_tiers.items():
+            _put(tiers, [name, "answer"], t["answer"])
+            _put(tiers, [name, "low_confidence"], t["low_confidence"])
+
+
+def _retriever_weights(w) -> dict[str, float]:
+    """A proposal's weights: retriever -> weight (a bare number, as calibrate wrote it before
+    stores had more than two retrievers: the dense weight beside bm25)."""
+    if isinstance(w, dict):
+        return dict(w)
+    return {"dense": round(w, 4), "bm25": round(1 - w, 4)}
+
+
+def _skipped_here(written, weights: dict[str, float]) -> bool:
+    """Whether a rule's weights as written name a bundled retriever (``BUNDLED_RETRIEVERS``) with a
+    weight while the store (the retrievers of ``weights``) lacks it: ``rule_for`` skips that rule."""
+    if not hasattr(written, "get"):
+        return False
+    try:
+        return any(name in BUNDLED_RETRIEVERS and name not in weights and float(written.get(name) or 0) > 0
+                   for name in written)
+    except (TypeError, ValueError):
+        return False
+
+
+def _fuses_as(written, weights: dict[str, float]) -> bool:
+    """Whether weights as written (a mapping, or None) already fuse as ``weights`` (retriever ->
+    weight over the store's retrievers, rounded to 4 places): a rule kept as written (a type with
+    too few questions) or already at the proposal is left alone, whatever it gives the others."""
+    if not hasattr(written, "get"):
+        return False
+    try:
+        mine = {name: float(written.get(name, 0.0)) for name in weights}
+    except (TypeError, ValueError):
+        return False
+    total = sum(mine.values())
+    return total > 0 and all(abs(mine[name] / total - w) <= 5e-5 for name, w in weights.items())
+
+
+def _put(node, path: list[str], value) -> None:
+    """Set a value in place, creating mappings on the way: comments on existing keys survive."""
+    for key in path[:-1]:
+        if node.get(key) is None or not hasattr(node.get(key), "keys"):
+            node[key] = {}
+        node = node[key]
+    node[path[-1]] = value
+
+
+def yaml_load_plain(text: str):
+    import yaml
+
+    return yaml.safe_load(text)

@@ -1,0 +1,328 @@
+"""The contract's schema: pure data, no I/O. ``Contract`` and its ``data``, ``decide``, ``access``
+and ``trace`` sections; ``preprocess``/``retrieve`` and ``postprocess``/``context`` are in the
+modules of those names."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
+
+from ..document import normalise_id_prefix
+from ..errors import ContractError
+from .base import BUNDLED_RETRIEVERS, FEATURES, _Strict
+from .postprocess import Context, Postprocess
+from .retrieve import Preprocess, Retrieve
+
+
+# ---- 1. data spec ---------------------------------------------------------------------------
+class MetadataField(_Strict):
+    type: Literal["str", "date", "number", "tags"] = Field(
+        "str", description="str, date (ISO 8601, compared as dates), number, or tags (comma-separated list)")
+    required: bool = Field(False, description="every document must carry it (`contract validate --store` checks)")
+    filterable: bool = Field(True, description="may be used in --filter and retrieve.filters")
+
+
+def _default_metadata() -> dict[str, MetadataField]:
+    return {
+        "doc_id": MetadataField(required=True),
+        "dir": MetadataField(required=True),
+        "filetype": MetadataField(required=True),
+        "page": MetadataField(type="number"),
+        "access": MetadataField(type="tags"),
+    }
+
+
+class Source(_Strict):
+    root: str = Field(description="folder (or BEIR folder) to ingest, relative to this contract's folder or absolute")
+    id_prefix: str = Field("", description="put before every document id of this root, e.g. 'zh/': several roots "
+                                           "with the same relative paths in one store")
+    include: list[str] = Field(default_factory=list, description="only files matching these globs (relative to root)")
+    exclude: list[str] = Field(default_factory=list, description="skip files matching these globs")
+    meta: dict[str, str] = Field(default_factory=dict, description="metadata for every document of this root")
+    meta_from_path: list[str] = Field(default_factory=list,
+                                      description="metadata from the document id, e.g. 'docs/{lang}/**'")
+    include_root: Optional[str] = Field(None, description="folder include directives resolve against, relative to root")
+    base_url: Optional[str] = Field(None, description="site this root is published under: citations become "
+                                                      "BASE/path-without-extension/#anchor")
+    format: Literal["auto", "beir"] = Field("auto", description="auto (by extension) or beir (corpus.jsonl)")
+    encoding: Optional[str] = Field(None, description="decode text files with this encoding instead of detecting it")
+    markup_off: list[str] = Field(default_factory=list, description="Markdown clean-up rules switched off")
+    max_file_size_mb: Optional[float] = Field(None, gt=0, description="skip files larger than this (default: per type)")
+
+    @field_validator("id_prefix")
+    @classmethod
+    def _prefix(cls, v):
+        return normalise_id_prefix(v)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v):
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("a base URL starts with http:// or https://")
+        return v
+
+    @field_validator("meta", "meta_from_path", "encoding", "markup_off")
+    @classmethod
+    def _ingest_option(cls, v, info):
+        """Checked as `ingest` checks the flag, with the message naming the contract's field."""
+        from ..errors import UsageError
+
+        try:
+            if info.field_name == "meta":
+                from ..document import check_metadata_keys
+
+                check_metadata_keys(v)
+            elif info.field_name == "meta_from_path":
+                from ..document import path_pattern
+
+                for pattern in v:
+                    path_pattern(pattern)
+            elif info.field_name == "encoding" and v:
+                import codecs
+
+                try:
+                    codecs.lookup(v)
+                except LookupError:
+                    raise ValueError(f"unknown encoding {v!r}: e.g. utf-8, latin-1, cp1252, gb18030") from None
+            elif info.field_name == "markup_off":
+                from ..ingestion.markup import MarkupRules
+
+                MarkupRules.parse(v)
+        except UsageError as exc:
+            raise ValueError(str(exc).replace("--markup-off ", "")) from None
+        return v
+
+
+class DataSpec(_Strict):
+    metadata: dict[str, MetadataField] = Field(
+        default_factory=_default_metadata,
+        description="metadata keys documents carry (doc_id, dir, filetype and page are set by kbtool; "
+                    "others come from `ingest --meta key=value`)")
+    sources: list[Source] = Field(
+        default_factory=list,
+        description="the roots `kbtool ingest` (without a path) ingests, each with its options; empty: the "
+                    "folders given to `ingest`, remembered by the store")
+
+    @field_validator("sources")
+    @classmethod
+    def _distinct(cls, v):
+        prefixes = [s.id_prefix for s in v if s.id_prefix]
+        if len(set(prefixes)) < len(prefixes):
+            raise ValueError("two sources share an id_prefix: give each root its own (e.g. 'en/' and 'zh/')")
+        roots = [s.root.rstrip("/") for s in v]
+        if len(set(roots)) < len(roots):
+            raise ValueError("a root is declared twice: one entry per root")
+        return v
+
+
+# ---- 5. confidence and tiers ----------------------------------------------------------------
+class Thresholds(_Strict):
+    answer: float = Field(0.9116, ge=0, le=1, description="P(answerable) (without decide.model: the top hit's confidence) at or above: answer")
+    low_confidence: float = Field(
+        0.6905, ge=0, le=1, description="at or above (and below answer): answer with an uncertainty notice; below: refuse")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.low_confidence > self.answer:
+            raise ValueError("low_confidence must not be above answer")
+        return self
+
+
+def _default_tiers() -> dict[str, Thresholds]:
+    # Chosen with the built-in model by the same calibration (eval_sets/sample.jsonl): identifier
+    # questions (error codes, config keys, API names) get their own refuse threshold.
+    return {"identifier": Thresholds(answer=0.7006, low_confidence=0.7006)}
+
+
+class PlattMap(_Strict):
+    slope: float = Field(1.0, allow_inf_nan=False,
+                         description="Platt scaling of the score: P = 1 / (1 + exp(-(slope * score + offset)))")
+    offset: float = Field(0.0, allow_inf_nan=False)
+
+
+MODEL_FORMAT = 1  # the decide.model format this kbtool reads
+
+
+class AnswerabilityModel(_Strict):
+    """A logistic model of P(answerable) over the answerability signals (kbtool.query.signals):
+    P = 1 / (1 + exp(-(slope * (intercept + sum(coefficient * signal)) + offset)))."""
+
+    version: int = Field(1, ge=1, le=MODEL_FORMAT, description="the model format")
+    coefficients: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        description="signal name -> weight, on the signal's own scale")
+    intercept: float = Field(0.0, allow_inf_nan=False)
+    calibration: PlattMap = Field(default_factory=PlattMap,
+                                  description="maps the model's score to a probability (fitted out of fold)")
+    fitted_on: Optional[dict[str, Any]] = Field(None, description="the question set and out-of-fold quality")
+
+    @field_validator("coefficients")
+    @classmethod
+    def _known(cls, v):
+        unknown = [f for f in v if f not in FEATURES]
+        if unknown:
+            raise ValueError(f"unknown signal(s) {', '.join(unknown)}: use {', '.join(FEATURES)}")
+        if not v:
+            raise ValueError("no coefficients: give at least one signal a weight")
+        return v
+
+
+def _default_model() -> AnswerabilityModel:
+    # Fitted on eval_sets/sample.jsonl (the sample corpus, all-MiniLM-L6-v2; 84 answerable and
+    # 32 unanswerable questions) by `kbtool calibrate eval_sets/sample.jsonl` on 2026-12-01:
+    # out of fold AUC 0.7995, Brier 0.1542, calibration error 0.1076. A starting point
+    # only: `kbtool calibrate` on your own labelled questions fits one for your knowledge base.
+    return AnswerabilityModel(coefficients={
+        "relevance": 0.0,
+        "cosine": 0.0,
+        "coverage": 0.903698,
+        "absent_kb": -0.198521,
+        "absent_top": -2.266073,
+        "dense_margin": 9.454024,
+    }, intercept=0.533757, calibration=PlattMap(slope=0.973155, offset=0.952431),
+        fitted_on={"question_set": "sample (built in)", "questions": 116, "answerable": 84,
+                   "unanswerable": 32, "date": "2026-12-01", "oof": {'auc': 0.7995, 'brier': 0.1542, 'calibration_error': 0.1076}})
+
+
+class Decide(_Strict):
+    model: Optional[AnswerabilityModel] = Field(
+        default_factory=_default_model, description="answerability model: thresholds compare P(answerable) from it; "
+                          "null: they compare the best hit's confidence")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    tiers: dict[str, Thresholds] = Field(
+        default_factory=_default_tiers,
+        description="thresholds per detected type (identifier, cjk, other) or question tag; first match wins")
+
+
+# ---- 6. access and 7. trace -----------------------------------------------------------------
+class Access(_Strict):
+    key: str = Field("access", description="document metadata key holding its permission tags (comma-separated)")
+    untagged: Literal["visible", "hidden"] = Field(
+        "visible", description="documents without tags, for a restricted query: visible to everyone, or hidden")
+    principals: dict[str, list[str]] = Field(
+        default_factory=dict, description="principal name -> tags it may read (query --principal NAME)")
+    require_principal: bool = Field(False, description="refuse queries that name no --principal or --allow")
+
+
+class Trace(_Strict):
+    path: Optional[str] = Field(None, description="append one JSONL record per question to this file")
+
+
+# ---- 8. the calibration appendix ------------------------------------------------------------
+class _Record(BaseModel):
+    """A record ``kbtool calibrate --write`` wrote: every key kept (an older kbtool wrote fewer, a
+    newer one may write more) and dumped as written, only the keys given, in their order. Empty,
+    it is no record (false, as the empty mapping it replaced)."""
+
+    model_config = ConfigDict(extra="allow")
+    _order: tuple = PrivateAttr(())  # the keys as given
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data, handler):
+        record = handler(data)
+        if isinstance(data, dict):
+            record._order = tuple(data)
+        return record
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler):
+        out = handler(self)
+        given = set(self.model_fields_set) | set(self.model_extra or {})
+        keys = [k for k in self._order if k in given] + [k for k in out if k in given and k not in self._order]
+        return {k: out[k] for k in keys}
+
+    def __bool__(self) -> bool:
+        return bool(self.model_fields_set or self.model_extra)
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+
+class Recorded(_Record):
+    """What the calibrated contract scored on the whole question set (``eval --fail-under-recorded``)."""
+
+    metrics: Optional[dict[str, Any]] = None  # metric name (ndcg@10) -> mean, rounded to 6
+    refusal: Optional[dict[str, Any]] = None  # {unanswerable, correctly_refused, answerable, wrongly_refused} counts
+
+
+class CalibrationRecord(_Record):
+    """The contract's ``calibration`` appendix: what it was calibrated on, and the result."""
+
+    date: Any = None  # when, ISO 8601 (YAML may read an unquoted one as a datetime)
+    kbtool_version: Optional[str] = None
+    question_set: Optional[dict[str, Any]] = None  # path, sha256, questions_fingerprint, counts (provenance)
+    store: Optional[dict[str, Any]] = None  # the store's fingerprint as the calibrating caller saw it
+    objective: Optional[str] = None
+    folds: Optional[int] = None
+    seed: Optional[int] = None
+    heldout: Optional[dict[str, Any]] = None  # held-out objective: chosen, current, each retriever, gain, p_value
+    adopted: Optional[bool] = None
+    thresholds: Optional[dict[str, Any]] = None  # default, tiers, overall: thresholds and their rates
+    answerability: Optional[dict[str, Any]] = None  # fitted, oof quality, heldout_thresholds
+    recorded: Optional[Recorded] = None
+
+
+class Contract(_Strict):
+    contract_version: int = Field(ge=1, strict=True, description="your version of this contract: bump it on every change")
+    data: DataSpec = Field(default_factory=DataSpec)
+    preprocess: Preprocess = Field(default_factory=Preprocess)
+    retrieve: Retrieve = Field(default_factory=Retrieve)
+    postprocess: Postprocess = Field(default_factory=Postprocess)
+    context: Context = Field(default_factory=Context)
+    decide: Decide = Field(default_factory=Decide)
+    access: Access = Field(default_factory=Access)
+    trace: Trace = Field(default_factory=Trace)
+    calibration: Optional[CalibrationRecord] = Field(
+        None, description="written by `kbtool calibrate --write`: what this contract was calibrated on, and the result")
+
+    def rule_for(self, types: set[str], available=None):
+        """The first rule of ``retrieve.rules`` that applies to a question of these detected types
+        (a ``cjk`` rule is skipped for a multilingual model; with ``available``, the retrievers of the
+        store, a rule weighing a bundled retriever it lacks is skipped), or None: ``retrieve.fusion.weights``."""
+        for rule in self.retrieve.rules:
+            if rule.when == "cjk" and self.retrieve.model_multilingual:
+                continue
+            if available is not None and any(w > 0 and r in BUNDLED_RETRIEVERS and r not in available
+                                             for r, w in rule.weights.as_dict().items()):
+                continue
+            if rule.when in types:
+                return rule
+        return None
+
+    def weights_for(self, types: set[str]) -> tuple[float, float]:
+        """(dense, bm25) weights, summing to 1, for a question of these detected types on a store of
+        these two retrievers."""
+        rule = self.rule_for(types, ("dense", "bm25"))
+        return (rule or self.retrieve.fusion).weights.normalised()
+
+    def retriever_weights(self, types: set[str], available) -> dict[str, float]:
+        """retriever -> weight (> 0, summing to 1) a question of these detected types is fused with,
+        over the retrievers a store has (``available``): the first matching rule's, else
+        ``retrieve.fusion.weights``; a single-retriever method weighs that one alone."""
+        method = self.retrieve.fusion.method
+        if method not in ("weighted", "rrf"):
+            if method not in available:
+                raise ContractError(f"retrieve.fusion.method (or the mode): the store has no retriever {method} "
+                                    f"(it has {', '.join(available)}): add the model with `kbtool index "
+                                    f"--add-model`, or use one of these")
+            return {method: 1.0}
+        rule = self.rule_for(types, available)
+        if rule is None:
+            return self.retrieve.fusion.weights.over(available)
+        return rule.weights.over(available, f"retrieve.rules[{self.retrieve.rules.index(rule)}].weights")
+
+    def thresholds_for(self, types: set[str], tags: set[str] = frozenset()) -> tuple[str, Thresholds]:
+        """(tier name, thresholds) for a question; 'default' when no tier matches."""
+        for name, tier in self.decide.tiers.items():
+            if name in types or name in tags:
+                return name, tier
+        return "default", self.decide.thresholds
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def default_contract() -> Contract:
+    return Contract(contract_version=1)
+
