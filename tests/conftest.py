@@ -1,5 +1,12 @@
 """Fixtures. Everything a test writes goes under tmp_path; the real bundled model, real Chroma
-and real files are used throughout (small inputs keep it fast)."""
+and real files are used throughout (small inputs keep it fast).
+
+Two tiers. A test is ``slow`` when it loads a real embedding model: it is marked here, by
+fixture (``MODEL_FIXTURES`` anywhere in its fixture closure, so a module fixture built on
+``embedder`` counts too), or by hand (``@pytest.mark.slow``) when it loads one itself
+(``load_embedder()``, ``kbtool ingest`` in-process or in a subprocess). ``make test-fast`` runs
+``-m "not slow"``; ``make test`` runs everything. A test NOT marked slow that loads a model
+in-process fails (``_no_model_unless_slow``), in either tier, so the marking cannot go stale."""
 
 from __future__ import annotations
 
@@ -23,6 +30,44 @@ def _set_env(tmp_path_factory, mp) -> None:
     mp.delenv("KBTOOL_RUNTIME", raising=False)
     mp.delenv("KBTOOL_EMBED_API_KEY", raising=False)
     mp.delenv("OPENAI_API_KEY", raising=False)
+
+
+# Fixtures that load a real model (the bundled MiniLM, or use-m): every test using one, directly
+# or through another fixture, is marked slow. Fixtures built on these need no entry.
+MODEL_FIXTURES = frozenset({"embedder", "three_retrievers"})
+REFUSED_LOADS = pytest.StashKey[list]()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _no_model_unless_slow(request, monkeypatch):
+    """A test not marked slow must not load a real model: the load fails the test (an endpoint
+    model, ``openai:...``, is no load and passes). Recorded as well as raised, so code that
+    catches the error still fails the test at teardown."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    import kbtool.embed as embed
+
+    real = embed._load
+    refused = request.node.stash.setdefault(REFUSED_LOADS, [])
+
+    def refuse(spec, runtime):
+        if spec.backend == "http":
+            return real(spec, runtime)
+        refused.append(spec.model)
+        raise AssertionError(f"{request.node.nodeid} loads the model {spec.model!r} but is not marked slow: "
+                             "use a fixture in conftest.MODEL_FIXTURES, or mark it @pytest.mark.slow")
+
+    monkeypatch.setattr(embed, "_load", refuse)
+    yield
+    if refused:
+        pytest.fail(f"loaded {refused} without the slow marker (see _no_model_unless_slow)", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)
