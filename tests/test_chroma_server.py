@@ -203,6 +203,7 @@ def small(server, tmp_path_factory):
     return base, stores, contract
 
 
+@pytest.mark.slow
 def test_small_store_filter_and_access_identical(small, server):
     base, stores, contract = small
     assert server.collections()["small-chunks"] == len(PUBLIC) + len(FINANCE)
@@ -226,6 +227,7 @@ def test_small_store_filter_and_access_identical(small, server):
     assert r.exit_code == 0 and f"chroma-server {server.url}" in r.stdout and "small-chunks" in r.stdout
 
 
+@pytest.mark.slow
 def test_options_of_an_existing_store(small, server, tmp_path):
     base, stores, _ = small
     other = f"http://127.0.0.1:{free_port()}"
@@ -256,6 +258,7 @@ def test_unreachable_server_at_creation(small, tmp_path):
     assert r.exit_code == 2 and not (tmp_path / "kb").exists()
 
 
+@pytest.mark.slow
 def test_added_model_rebuild_and_delete_on_the_server(small, server):
     base, stores, _ = small
     kb = stores["server"]

