@@ -270,6 +270,7 @@ main()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["writing", "before_switch", "after_switch"])
 def test_sigkill_while_writing_a_delta_leaves_status_truthful_and_the_next_ingest_right(tmp_path, fake_embedder, where):
     files = _files(seed=6)

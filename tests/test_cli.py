@@ -115,6 +115,7 @@ def test_beir_folder_ingests_with_doc_ids(tmp_path):
     assert r.exit_code == 1 and "corpus.jsonl:2" in r.stderr
 
 
+@pytest.mark.slow
 def test_help_does_not_import_heavy_libraries():
     code = (
         "import sys\n"
@@ -194,6 +195,7 @@ def test_the_same_folder_under_another_root_fails_loudly(tmp_path):
     assert r.exit_code == 2 and "already come from" in r.stderr and "--root-moved" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", ["80", "200"])
 def test_help_shows_defaults_plain_flags_and_fits_80_columns(columns):
     """--help: defaults and bracketed text are shown (Rich markup used to eat '[default: ./.kb]'),

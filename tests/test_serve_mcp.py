@@ -303,6 +303,7 @@ def test_restricted_caller_never_sees_forbidden_documents(tmp_path_factory, embe
 
 
 # ---- no server needed ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_importing_the_module_loads_no_sdk():
     code = "import sys, kbtool.serve.mcp; print(sorted({'mcp', 'mcp_types'} & set(sys.modules)))"
     r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
