@@ -24,7 +24,8 @@ from .conftest import ROOT, SAMPLE, write
 
 runner = CliRunner()
 CHROMA = Path(sys.executable).parent / "chroma"
-pytestmark = pytest.mark.skipif(not CHROMA.exists(), reason="the chroma executable is not installed")
+pytestmark = [pytest.mark.skipif(not CHROMA.exists(), reason="the chroma executable is not installed"),
+              pytest.mark.slow]  # a real Chroma server process, stores ingested with the model
 
 
 def run(*args):
@@ -203,7 +204,6 @@ def small(server, tmp_path_factory):
     return base, stores, contract
 
 
-@pytest.mark.slow
 def test_small_store_filter_and_access_identical(small, server):
     base, stores, contract = small
     assert server.collections()["small-chunks"] == len(PUBLIC) + len(FINANCE)
@@ -227,7 +227,6 @@ def test_small_store_filter_and_access_identical(small, server):
     assert r.exit_code == 0 and f"chroma-server {server.url}" in r.stdout and "small-chunks" in r.stdout
 
 
-@pytest.mark.slow
 def test_options_of_an_existing_store(small, server, tmp_path):
     base, stores, _ = small
     other = f"http://127.0.0.1:{free_port()}"
@@ -258,7 +257,6 @@ def test_unreachable_server_at_creation(small, tmp_path):
     assert r.exit_code == 2 and not (tmp_path / "kb").exists()
 
 
-@pytest.mark.slow
 def test_added_model_rebuild_and_delete_on_the_server(small, server):
     base, stores, _ = small
     kb = stores["server"]

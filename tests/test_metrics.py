@@ -65,7 +65,6 @@ def test_unknown_metric_lists_the_valid_ones():
     assert m.parse_metric("map@100") == ("map", 100)
 
 
-@pytest.mark.slow
 def test_equal_to_ranx_on_the_same_runs():
     ranx = pytest.importorskip("ranx")
     qrels = {
