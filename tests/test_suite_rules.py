@@ -84,10 +84,14 @@ def test_the_scan_finds_a_test_without_a_check(tmp_path):
 
 
 def test_model_tests_are_marked_slow_by_fixture(request):
-    """The fixtures that load the model mark their tests: this test uses none and is fast."""
+    """Every collected test on a model fixture carries the slow mark (conftest adds it); this
+    test uses none and is fast."""
     from .conftest import MODEL_FIXTURES
 
     assert MODEL_FIXTURES >= {"embedder", "three_retrievers"}
+    on_a_model = [it for it in request.session.items
+                  if {"embedder", "sample_store", "retriever", "three_retrievers"} & set(it.fixturenames)]
+    assert [it.nodeid for it in on_a_model if not it.get_closest_marker("slow")] == []
     assert request.node.get_closest_marker("slow") is None
 
 
