@@ -1,4 +1,5 @@
-# kbtool: `make demo` runs the sample corpus end to end, `make test` runs the suite.
+# kbtool: `make demo` runs the sample corpus end to end, `make test` runs the suite (what CI runs),
+# `make test-fast` the tests that load no model and start no kbtool process (-m "not slow", < 1 min).
 # Both create .venv on first use (CPU torch first: an unpinned torch would pull a multi-GB CUDA
 # build). `make install` (and so `make demo`, `make bench`) installs the runtime dependencies only,
 # as a user gets them; `make install-dev` (and so `make test`) adds the dev extras to the same .venv.
@@ -12,7 +13,7 @@ DEV_STAMP := $(VENV)/.kbtool-dev-installed
 DEMO_STORE ?= .kb-demo
 TORCH ?= torch==2.13.0
 
-.PHONY: install install-dev demo test bench clean
+.PHONY: install install-dev demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +43,13 @@ demo: install
 	$(BIN)/kbtool eval eval_sets/sample.jsonl --store $(DEMO_STORE) --modes bm25,dense,dense:use-m,hybrid,contract --out $(DEMO_STORE)-eval
 	$(BIN)/kbtool calibrate eval_sets/sample.jsonl --store $(DEMO_STORE) --out $(DEMO_STORE)-calibration
 
+# PYTHONDONTWRITEBYTECODE= : pytest keeps its rewritten test modules in __pycache__ (collection
+# takes seconds without them) even where the environment turns bytecode caching off.
 test: install-dev
-	$(BIN)/python -m pytest
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
+test-fast: install-dev
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -m "not slow"
 
 bench: install
 	$(BIN)/python bench/run.py

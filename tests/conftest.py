@@ -1,5 +1,12 @@
 """Fixtures. Everything a test writes goes under tmp_path; the real bundled model, real Chroma
-and real files are used throughout (small inputs keep it fast)."""
+and real files are used throughout (small inputs keep it fast).
+
+Two tiers. A test is ``slow`` when it loads a real embedding model: it is marked here, by
+fixture (``MODEL_FIXTURES`` anywhere in its fixture closure, so a module fixture built on
+``embedder`` counts too), or by hand (``@pytest.mark.slow``) when it loads one itself
+(``load_embedder()``, ``kbtool ingest`` in-process or in a subprocess). ``make test-fast`` runs
+``-m "not slow"``; ``make test`` runs everything. A test NOT marked slow that loads a model
+in-process fails (``pytest_sessionstart``), in either tier, so the marking cannot go stale."""
 
 from __future__ import annotations
 
@@ -20,9 +27,79 @@ def _set_env(tmp_path_factory, mp) -> None:
     mp.setenv("KBTOOL_STORE", str(home / "never-used-store"))
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("DO_NOT_TRACK", "1")
+    # ranx (the metrics oracle, dev only) compiles ~40 s of numba on a fresh venv for a few dozen
+    # questions; run as plain Python it computes the same in milliseconds. kbtool uses no numba.
+    mp.setenv("NUMBA_DISABLE_JIT", "1")
     mp.delenv("KBTOOL_RUNTIME", raising=False)
     mp.delenv("KBTOOL_EMBED_API_KEY", raising=False)
     mp.delenv("OPENAI_API_KEY", raising=False)
+
+
+# Fixtures that load a real model (the bundled MiniLM, or use-m): every test using one, directly
+# or through another fixture, is marked slow. Fixtures built on these need no entry, nor does a
+# fixture that calls load_embedder() itself.
+MODEL_FIXTURES = frozenset({"embedder", "three_retrievers"})
+REFUSED_LOADS = pytest.StashKey[list]()
+
+
+def _loads_a_model(fixturedef) -> bool:
+    """One of MODEL_FIXTURES, or a fixture (a module's own) whose body calls load_embedder()."""
+    import inspect
+
+    if fixturedef.argname in MODEL_FIXTURES:
+        return True
+    try:
+        return "load_embedder(" in inspect.getsource(fixturedef.func)
+    except (OSError, TypeError):
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = [d for ds in (info.name2fixturedefs.values() if info else ()) for d in ds]
+        if any(_loads_a_model(d) for d in defs):
+            item.add_marker(pytest.mark.slow)
+
+
+_running: list = []  # the test being set up, run or torn down (fixtures of any scope load for it)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.remove(item)
+
+
+def pytest_sessionstart(session):
+    """Every model load of the session goes through this guard (kbtool.embed's one loader): for a
+    test not marked slow it fails, also from a module or session fixture set up for that test.
+    An endpoint model (``openai:...``) is no load and passes. The refusal is recorded as well as
+    raised, so code that catches the error still fails the test (``_no_model_unless_slow``)."""
+    import kbtool.embed as embed
+
+    real = embed._load
+
+    def guarded(spec, runtime):
+        item = _running[-1] if _running else None
+        if spec.backend != "http" and item is not None and not item.get_closest_marker("slow"):
+            item.stash.setdefault(REFUSED_LOADS, []).append(spec.model)
+            raise AssertionError(f"{item.nodeid} loads the model {spec.model!r} but is not marked slow: "
+                                 "use a fixture in conftest.MODEL_FIXTURES, or mark it @pytest.mark.slow")
+        return real(spec, runtime)
+
+    embed._load = guarded
+
+
+@pytest.fixture(autouse=True)
+def _no_model_unless_slow(request):
+    yield
+    refused = request.node.stash.get(REFUSED_LOADS, [])
+    if refused:
+        pytest.fail(f"loaded {refused} without the slow marker (see conftest.pytest_sessionstart)", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -62,6 +62,7 @@ def _synthetic(n=400, seed=0):
     return X, y
 
 
+@pytest.mark.slow
 def test_folded_coefficients_equal_the_standardised_model():
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
@@ -73,6 +74,7 @@ def test_folded_coefficients_equal_the_standardised_model():
     assert np.allclose(b + X @ coef, ref.decision_function(scaler.transform(X)), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_signal_is_held_to_its_sign():
     """absent_kb may only lower P(answerable): data where it raises it gets weight 0, and the
     other signal keeps its own."""
@@ -85,6 +87,7 @@ def test_a_signal_is_held_to_its_sign():
     assert fitted.coefficients[1] == 0.0 and am.SIGNS["absent_kb"] == -1 and am.SIGNS["cosine"] == 1
 
 
+@pytest.mark.slow
 def test_fit_recovers_a_real_signal_and_its_probabilities_are_calibrated():
     X, y = _synthetic(n=1000)
     fitted, oof, refused = am.fit(["relevance", "cosine", "coverage"], X, y, pick=lambda a, u: 0.5)
@@ -215,6 +218,7 @@ def labelled(tmp_path_factory, fake_embedder):
     return store, paths
 
 
+@pytest.mark.slow
 def test_calibrate_fits_a_model_and_eval_of_the_written_contract_agrees(labelled, fake_embedder):
     from kbtool.evaluation.calibrate import written_contract
     from kbtool.evaluation.evaluate import EvalConfig, evaluate
@@ -238,6 +242,7 @@ def test_calibrate_fits_a_model_and_eval_of_the_written_contract_agrees(labelled
     assert r.appendix.answerability["oof"]["auc"] == a["oof"]["auc"]
 
 
+@pytest.mark.slow
 def test_too_few_unanswerable_questions_fit_no_model_and_say_how_to_write_them(labelled, fake_embedder):
     store, paths = labelled
     c = load_contract(None, ["decide.model=null"], search=False)

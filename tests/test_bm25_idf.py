@@ -15,6 +15,7 @@ from kbtool.store.bm25 import BM25Index
 from .conftest import write
 
 
+@pytest.mark.slow
 def test_one_document_store_finds_its_identifier(tmp_path):
     write(tmp_path / "docs/lynx.md", "# Lynx\n\nThe LYNX-4242 relay restarts itself after a power cut.\n")
     kb = tmp_path / "kb"

@@ -134,6 +134,7 @@ def _change(files: dict, step: int) -> dict:
     return files
 
 
+@pytest.mark.slow
 def test_add_change_delete_write_a_delta_equal_to_a_rebuild(tmp_path, fake_embedder):
     files = _files()
     store = _fresh(tmp_path, files, fake_embedder, "a")
@@ -161,6 +162,7 @@ def test_add_change_delete_write_a_delta_equal_to_a_rebuild(tmp_path, fake_embed
     assert r.exit_code == 0, r.stdout
 
 
+@pytest.mark.slow
 def test_a_delta_past_the_bound_compacts_into_a_full_rebuild(tmp_path, fake_embedder, monkeypatch):
     files = _files(seed=2)
     store = _fresh(tmp_path, files, fake_embedder, "a")
@@ -205,6 +207,7 @@ def test_new_analyzer_settings_rebuild_whole(tmp_path, fake_embedder):
     assert sync(store, fake_embedder).bm25_rebuilt and not _delta_name(store) and store.is_indexed()
 
 
+@pytest.mark.slow
 def test_an_index_from_before_segments_loads_and_its_next_change_rebuilds_it(tmp_path, fake_embedder):
     files = _files(seed=4)
     store = _fresh(tmp_path, files, fake_embedder, "a")
@@ -270,6 +273,7 @@ main()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["writing", "before_switch", "after_switch"])
 def test_sigkill_while_writing_a_delta_leaves_status_truthful_and_the_next_ingest_right(tmp_path, fake_embedder, where):
     files = _files(seed=6)

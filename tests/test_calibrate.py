@@ -1,5 +1,6 @@
 """kbtool calibrate on real stores: cross-validated fusion, thresholds, the written contract."""
 
+import copy
 import hashlib
 import json
 import random
@@ -47,10 +48,16 @@ def blind(tmp_path_factory, embedder):
     return store, load_questions(questions)
 
 
-def test_calibrate_moves_the_weight_off_a_blind_retriever(blind, embedder):
+@pytest.fixture(scope="module")
+def blind_calibrated(blind, embedder):
+    """One calibration of the blind store under plain RRF (seed 3), shared: a run takes seconds."""
     store, qs = blind
     contract = load_contract(None, PLAIN_RRF, search=False)
-    r = calibrate(store, qs, contract, embedder=embedder)
+    return contract, calibrate(store, qs, contract, embedder=embedder, seed=3)
+
+
+def test_calibrate_moves_the_weight_off_a_blind_retriever(blind_calibrated):
+    contract, r = blind_calibrated
     h = r.heldout
     assert h["dense"] < 0.4 and h["bm25"] > 0.95  # the dense side is blind here
     assert h["current"] < 0.8  # plain RRF fuses it in blindly
@@ -63,10 +70,10 @@ def test_calibrate_moves_the_weight_off_a_blind_retriever(blind, embedder):
     assert new.calibration.recorded.metrics["ndcg@10"] > 0.95
 
 
-def test_same_seed_same_result_and_folds_matter(blind, embedder):
+def test_same_seed_same_result_and_folds_matter(blind, blind_calibrated, embedder):
     store, qs = blind
-    contract = load_contract(None, PLAIN_RRF, search=False)
-    a = calibrate(store, qs, contract, embedder=embedder, seed=3).to_dict()
+    contract, first = blind_calibrated
+    a = copy.deepcopy(first.to_dict())  # the shared result stays as calibrate returned it
     b = calibrate(store, qs, contract, embedder=embedder, seed=3).to_dict()
     for d in (a, b):
         d["appendix"].pop("date")

@@ -60,6 +60,7 @@ def tiny(tmp_path_factory, fake_embedder):
     return store, load_questions(questions), questions
 
 
+@pytest.mark.slow
 def test_the_group_of_a_mixed_question_is_the_rule_the_pipeline_applies(tiny, fake_embedder):
     store, qs, _ = tiny
     for overrides, expected in (([], "identifier"), (CJK_FIRST, "cjk")):
@@ -78,6 +79,7 @@ def test_the_group_of_a_mixed_question_is_the_rule_the_pipeline_applies(tiny, fa
 
 @pytest.mark.parametrize("overrides", [[], CJK_FIRST, ["retrieve.rules=[]"]],
                          ids=["identifier-first", "cjk-first", "rules-appended"])
+@pytest.mark.slow
 def test_calibrate_scores_a_setting_as_eval_measures_it(tiny, fake_embedder, overrides):
     store, qs, _ = tiny
     contract = load_contract(None, overrides, search=False)
@@ -103,6 +105,7 @@ def _assert_eval_measures(store, qs, contract, search, items, ci, wmap, embedder
     assert mine == pytest.approx(evals, abs=1e-12), (CONFIGS[ci], wmap)
 
 
+@pytest.mark.slow
 def test_calibrate_refusal_rates_are_what_eval_measures_on_the_written_contract(tiny, fake_embedder):
     store, qs, path = tiny
     contract = load_contract(None, CJK_FIRST, search=False)
@@ -116,6 +119,7 @@ def test_calibrate_refusal_rates_are_what_eval_measures_on_the_written_contract(
     assert r.heldout["current"] == pytest.approx(r.verification["metrics"]["ndcg@10"], abs=1e-4) or r.adopted
 
 
+@pytest.mark.slow
 def test_appendix_records_the_file_sha256_and_the_content_fingerprint(tiny, fake_embedder):
     store, qs, path = tiny
     contract = load_contract(None, [], search=False)
@@ -187,6 +191,7 @@ def test_weight_grid_sizes_and_order():
     assert weight_grid(("dense",)) == ({"dense": 1.0},)
 
 
+@pytest.mark.slow
 def test_a_two_retriever_store_gets_the_proposal_of_before(tiny, fake_embedder):
     """Same grid, same scores, same choice; the proposal's weights are what the dense weight
     meant before (group weights were a bare dense weight, bm25 the rest)."""

@@ -24,7 +24,8 @@ from .conftest import ROOT, SAMPLE, write
 
 runner = CliRunner()
 CHROMA = Path(sys.executable).parent / "chroma"
-pytestmark = pytest.mark.skipif(not CHROMA.exists(), reason="the chroma executable is not installed")
+pytestmark = [pytest.mark.skipif(not CHROMA.exists(), reason="the chroma executable is not installed"),
+              pytest.mark.slow]  # a real Chroma server process, stores ingested with the model
 
 
 def run(*args):

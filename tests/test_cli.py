@@ -31,6 +31,7 @@ def run(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
+@pytest.mark.slow
 def test_ingest_query_status_json(docs, tmp_path):
     kb = tmp_path / "kb"
     r = run("ingest", docs, "--store", kb, "--json", "-q")
@@ -50,6 +51,7 @@ def test_ingest_query_status_json(docs, tmp_path):
     assert r.exit_code == 0 and "faq.md" in r.stdout
 
 
+@pytest.mark.slow
 def test_chunk_then_index(docs, tmp_path):
     kb = tmp_path / "kb"
     assert run("ingest", docs, "--store", kb, "-q").exit_code == 0
@@ -61,6 +63,7 @@ def test_chunk_then_index(docs, tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout)["chunks"] >= 2
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_with_exit_codes(docs, tmp_path):
     r = run("query", "x", "--store", tmp_path / "none")
     assert r.exit_code == 1 and "kbtool ingest" in r.stderr and "Traceback" not in r.output
@@ -79,12 +82,14 @@ def test_errors_are_one_line_with_exit_codes(docs, tmp_path):
     assert run("ingest", docs, "--store", kb, "--bogus").exit_code == 2
 
 
+@pytest.mark.slow
 def test_strict_ingest_exits_1_on_a_failed_file(docs, tmp_path):
     (docs / "bad.pdf").write_bytes(b"%PDF garbage")
     r = run("ingest", docs, "--store", tmp_path / "kb", "--strict")
     assert r.exit_code == 1 and "bad.pdf" in r.stderr
 
 
+@pytest.mark.slow
 def test_beir_folder_ingests_with_doc_ids(tmp_path):
     beir = tmp_path / "beir"
     records = [
@@ -110,6 +115,7 @@ def test_beir_folder_ingests_with_doc_ids(tmp_path):
     assert r.exit_code == 1 and "corpus.jsonl:2" in r.stderr
 
 
+@pytest.mark.slow
 def test_help_does_not_import_heavy_libraries():
     code = (
         "import sys\n"
@@ -145,6 +151,7 @@ def test_contract_subcommands_and_options_are_in_the_readme():
             assert option in readme, f"contract {sub} {option} is not documented in README.md"
 
 
+@pytest.mark.slow
 def test_a_failed_file_fails_the_ingest_unless_allowed(tmp_path):
     """A CI recipe `kbtool ingest docs && kbtool eval ...` must never gate a store that missed
     files: any failed file exits 1 (after ingesting the rest); --allow-failures N accepts N; the
@@ -174,6 +181,7 @@ def test_a_failed_file_fails_the_ingest_unless_allowed(tmp_path):
     assert r.exit_code == 0  # the old opt-in still parses
 
 
+@pytest.mark.slow
 def test_the_same_folder_under_another_root_fails_loudly(tmp_path):
     """A store built from one checkout, ingested from another path while the first still exists:
     the ids already come from the first root, and the ingest stops before writing, by exit code (it
@@ -187,6 +195,7 @@ def test_the_same_folder_under_another_root_fails_loudly(tmp_path):
     assert r.exit_code == 2 and "already come from" in r.stderr and "--root-moved" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", ["80", "200"])
 def test_help_shows_defaults_plain_flags_and_fits_80_columns(columns):
     """--help: defaults and bracketed text are shown (Rich markup used to eat '[default: ./.kb]'),
@@ -257,6 +266,7 @@ def test_chunks_shows_what_a_document_was_cut_into(sample_store):
     assert r.exit_code == 1 and f"did you mean '{doc}'" in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_includes_are_named_with_their_file(tmp_path):
     """An include whose file is missing is named (document, directive) with the way out
     (--include-root); --json lists every one; found includes are not listed."""

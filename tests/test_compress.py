@@ -228,6 +228,7 @@ def test_the_cli_shows_it(kb):
     assert len(r.stdout) < len(plain.stdout)
 
 
+@pytest.mark.slow
 def test_calibrate_runs_with_the_stage_on(kb, fake_embedder, tmp_path):
     """calibrate answers through the same ``answer``: with compression on it still runs, and ranks
     as without (compression rewrites a hit's text, never the order)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +43,7 @@ texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=12).map(" ".join)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=14), st.sampled_from([0.5, 0.8, 0.9, 1.0]),
        st.one_of(st.none(), st.integers(1, 8)), st.randoms())
+@pytest.mark.slow
 def test_shared_relation_equals_the_item_by_item_pass(pool, similarity, keep, rnd):
     items = [(f"c{i}", t) for i, t in enumerate(pool)]
     near = NearDuplicates([t for _, t in items], similarity)

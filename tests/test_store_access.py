@@ -69,6 +69,7 @@ def _hits(r):
     return [(h["chunk_id"], round(h["score"], 5)) for h in json.loads(r.stdout)["hits"]]
 
 
+@pytest.mark.slow
 def test_a_store_on_a_read_only_file_system_answers_and_refuses_writes_clearly(docs, tmp_path):
     kb = tmp_path / "kb"
     assert run("ingest", docs, "--store", kb, "-q").exit_code == 0
@@ -86,6 +87,7 @@ def test_a_store_on_a_read_only_file_system_answers_and_refuses_writes_clearly(d
             assert "Internal error" not in r.stderr
 
 
+@pytest.mark.slow
 def test_store_files_follow_the_umask(docs, tmp_path):
     from kbtool.store.files import umask_mode
 
@@ -174,6 +176,7 @@ def _assert_full_then_repaired(r, docs, kb, n_docs: int, before: int):
     assert run("doctor", "--store", kb).exit_code == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["catalog", "vectors", "bm25"])
 def test_a_disk_filling_during_ingest_is_said_and_repaired_by_a_re_run(docs, tmp_path, monkeypatch, where):
     from kbtool.store import bm25 as bm25_mod
@@ -204,6 +207,7 @@ def test_a_disk_filling_during_ingest_is_said_and_repaired_by_a_re_run(docs, tmp
     _assert_full_then_repaired(r, docs, kb, 4, 3)
 
 
+@pytest.mark.slow
 def test_a_real_full_file_system_during_ingest_and_query(docs, tmp_path):
     with tmpfs(tmp_path / "small", "300k") as small:
         kb = small / "kb"
@@ -270,6 +274,7 @@ def test_the_cli_says_a_full_or_forbidden_disk_met_anywhere_in_one_line(exc, sai
     assert said in text and "Internal error" not in text, text
 
 
+@pytest.mark.slow
 def test_real_damage_is_still_called_damage(docs, tmp_path):
     kb = tmp_path / "kb"
     assert run("ingest", docs, "--store", kb, "-q").exit_code == 0

