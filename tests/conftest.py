@@ -33,6 +33,10 @@ def _set_env(tmp_path_factory, mp) -> None:
     mp.delenv("KBTOOL_RUNTIME", raising=False)
     mp.delenv("KBTOOL_EMBED_API_KEY", raising=False)
     mp.delenv("OPENAI_API_KEY", raising=False)
+    # The caller's terminal is not the tests': pytest-xdist's workers get COLUMNS=80, which kbtool's
+    # console honours (tables cut to 80 columns); a test that wants a width sets it itself.
+    mp.delenv("COLUMNS", raising=False)
+    mp.delenv("LINES", raising=False)
 
 
 # Fixtures that load a real model (the bundled MiniLM, or use-m): every test using one, directly

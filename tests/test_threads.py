@@ -176,3 +176,25 @@ def test_a_reader_between_the_two_renames_of_a_bm25_swap_still_sees_bm25(tmp_pat
     (kb.path / "bm25").rename(kb.path / "bm25.old")
     assert "bm25" in store_retrievers(kb)
     assert not kb.is_indexed()  # status never claims an index that is not in place
+
+
+def test_a_reader_sees_bm25_when_a_swap_completes_between_its_looks(tmp_path, monkeypatch):
+    """``has_bm25`` looked at ``bm25`` (gone: renamed to ``bm25.old``), then at ``bm25.old`` (gone:
+    the writer had renamed ``bm25.tmp`` in and removed the old one) and said the store has no BM25:
+    a query fused without it, or its contract failed ('the store has no retriever bm25') — seen in
+    the thread-pool test above under load. Here the writer's swap completes right after the first look."""
+    from types import SimpleNamespace
+
+    from kbtool.store.bm25 import BM25Index
+    from kbtool.store.chunks import ChunksView
+
+    looks = []
+
+    def exists(path):
+        looks.append(path.name)
+        swapped = len(looks) > 1  # the first look sees the swap's middle, every later one its end
+        return path.name == "bm25" and swapped
+
+    monkeypatch.setattr(BM25Index, "exists", staticmethod(exists))
+    assert ChunksView.has_bm25(SimpleNamespace(path=tmp_path))
+    assert looks[0] == "bm25" and looks[-1] == "bm25"

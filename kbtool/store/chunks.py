@@ -164,8 +164,10 @@ class ChunksView:
         (between its two renames only ``bm25.old`` and ``bm25.tmp`` exist; a reader asking then must
         not drop BM25 from a question's fusion — the reader loads after the swap, retrying once)."""
         d = self.path / "bm25"
-        return BM25Index.exists(d) or (BM25Index.exists(d.with_name("bm25.old"))
-                                       and BM25Index.exists(d.with_name("bm25.tmp")))
+        # Looked at once more last: a swap that completes between the first two looks (bm25 gone,
+        # then bm25.tmp renamed in and bm25.old removed) left neither pair visible to this reader.
+        return (BM25Index.exists(d) or (BM25Index.exists(d.with_name("bm25.old"))
+                                        and BM25Index.exists(d.with_name("bm25.tmp"))) or BM25Index.exists(d))
     def bm25(self) -> BM25Index:
         """The BM25 index on disk; a long-lived Store reloads it after another process's rebuild."""
         with self._bm25_lock:  # a writer thread may drop self._bm25 at any moment: return our own
