@@ -45,8 +45,10 @@ demo: install
 
 # PYTHONDONTWRITEBYTECODE= : pytest keeps its rewritten test modules in __pycache__ (collection
 # takes seconds without them) even where the environment turns bytecode caching off.
+# -n auto --dist loadfile: pytest-xdist, one worker per core, each test file on one worker (its
+# module fixtures built once); a worker loads the model once for its session.
 test: install-dev
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n auto --dist loadfile
 
 test-fast: install-dev
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -m "not slow"
