@@ -20,7 +20,14 @@ pytest.importorskip("mcp")
 import anyio  # noqa: E402
 import yaml  # noqa: E402
 
-from .conftest import ROOT, public_and_restricted_store  # noqa: E402
+from kbtool.chunk import ChunkParams  # noqa: E402
+from kbtool.contract import load_contract  # noqa: E402
+from kbtool.ingestion.pipeline import ingest  # noqa: E402
+from kbtool.query.pipeline import retrieve  # noqa: E402
+from kbtool.store import Store  # noqa: E402
+
+from .conftest import ROOT, public_and_restricted_store, write  # noqa: E402
+from .test_freshness import NEW, OLD  # noqa: E402 (a newer and an older page that conflict)
 
 QUESTION = "How do I fix TW-E5120?"
 UNANSWERABLE = "what is the airspeed velocity of an unladen swallow"
@@ -323,3 +330,18 @@ def test_transport_security_names_this_machine_only():
     assert socket.gethostname() + ":*" in everywhere.allowed_hosts and "0.0.0.0:*" not in everywhere.allowed_hosts
     with pytest.raises(UsageError, match="use stdio or http"):
         run(object(), transport="sse")
+
+
+# Review of issue 21: the MCP search payload carries Answer.conflicts as the HTTP answer does
+# (failed before the fix).
+def test_mcp_search_payload_carries_the_conflicts(tmp_path, fake_embedder):
+    from kbtool.serve.mcp import answer_payload
+
+    write(tmp_path / "docs" / "retention.md", NEW)
+    write(tmp_path / "docs" / "retention-old.md", OLD)
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=60, overlap=0)).failed
+    got = retrieve(store, load_contract(None, ["postprocess.freshness.prefer=newer"], search=False),
+                   "how long are audit logs kept", embedder=fake_embedder)
+    assert got.conflicts  # the pair is found
+    assert answer_payload(got).get("conflicts") == got.conflicts
