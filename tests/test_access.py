@@ -332,3 +332,22 @@ def test_a_restricted_answer_with_every_stage_on_equals_the_answer_without_the_h
         runs.append(d)
     assert runs[0]["trace"]["freshness"]["decay"]["as_of"] == "2023-05-10"
     assert runs[0] == runs[1]
+
+
+# Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned.
+# ---- access: signals and decisions under a filter and access together -----------------------------
+def test_signals_of_a_restricted_and_filtered_caller_equal_a_store_without_the_hidden_documents(tmp_path, fake_embedder):
+    from kbtool.query.pipeline import retrieve
+
+    from .test_access import PUBLIC, SECRET, _output, build
+
+    full = build(tmp_path / "full", fake_embedder, PUBLIC, SECRET)
+    alone = build(tmp_path / "alone", fake_embedder, PUBLIC, {})
+    for method in ("weighted", "bm25", "dense"):
+        c = contract("access.principals={guest: [public]}", f"retrieve.fusion.method={method}",
+                     "decide.thresholds.answer=0.99")
+        for q in ("merger revenue memo", "What is the merger valued at?", "storage quota zorblax"):
+            for filters in (["doc_id=guide.md"], ["doc_id=faq.md"]):
+                got = retrieve(full, c, q, embedder=fake_embedder, principal="guest", filters=filters)
+                want = retrieve(alone, c, q, embedder=fake_embedder, principal="guest", filters=filters)
+                assert _output(got) == _output(want), (method, q, filters)

@@ -286,3 +286,12 @@ def test_suggestions_of_a_restricted_caller_do_not_depend_on_hidden_identifiers(
     # the caller who may read them is offered siblings among them
     cfo = suggestions(full, ["KB-1-260"], scope(full, c, [], "cfo").allowed, [], None)
     assert len(cfo) == 1 and "kb-1-2" in cfo[0] and "kb-1-900" not in cfo[0]
+
+
+# Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned.
+def test_a_two_character_chinese_word_the_knowledge_base_lacks_is_named(sample_store, embedder):
+    from kbtool.query.pipeline import retrieve
+
+    ans = retrieve(sample_store, contract(), "Tidewater Sync 有安卓或苹果手机客户端吗？", embedder=embedder)
+    assert ans.decision == "refuse" and "苹果" in ans.explanation["missing_terms"]
+    assert "never mentions" in ans.explanation["message"] and "苹果" in ans.explanation["message"]
