@@ -11,6 +11,7 @@ from kbtool.cli import app
 from kbtool.contract import dump_yaml, load_contract
 from kbtool.errors import StoreError
 from kbtool.ingestion.pipeline import IngestOptions, ingest
+from kbtool.query.pipeline import retrieve
 from kbtool.store import Store
 
 from .conftest import write
@@ -294,3 +295,59 @@ def test_calibration_appendix_counts_are_the_callers_and_compared_only_in_the_sa
     assert "documents" not in shown and "chunks" not in shown and shown["model"] == whole["model"]
     assert visible_appendix(cal_guest.calibration, c, "guest")["store"] == guest
     assert visible_appendix(cal_whole.calibration, c)["store"] == whole
+
+
+# Review of issue 21 (post-processing after fusion): defects found by an adversarial pass, each
+# pinned by a test that failed before its fix.
+def test_a_restricted_answer_with_every_stage_on_equals_the_answer_without_the_hidden_page(tmp_path, fake_embedder):
+    # the hidden page is the newest (the decay's as_of when null) and disagrees (a conflict): a
+    # caller who may not read it gets the answer of a store without it, trace and all
+    from kbtool.ingestion.pipeline import IngestOptions
+
+    page = ("---\nupdated: {d}\n---\n# Audit log retention\n\nAudit logs are kept for {n} days. After that they are "
+            "deleted from the archive.\n")
+
+    def build(base, hidden):
+        write(base / "pub" / "a.md", page.format(d="2023-05-10", n=30))
+        write(base / "pub" / "b.md", page.format(d="2022-05-10", n=60) + "\nAudit log exports run nightly.\n")
+        write(base / "pub" / "c.md", "---\nupdated: 2021-01-01\n---\n# Exports\n\nAudit log exports run for 7 days.\n")
+        store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+        assert not ingest(store, [base / "pub"], embedder=fake_embedder).failed
+        if hidden:
+            write(base / "sec" / "s.md", page.format(d="2025-10-02", n=90))
+            assert not ingest(store, [base / "sec"], IngestOptions(metadata={"access": "staff"}), embedder=fake_embedder).failed
+        return store
+
+    both, public = build(tmp_path / "both", True), build(tmp_path / "public", False)
+    sets = ["postprocess.freshness.prefer=newer", "postprocess.freshness.half_life_days=30",
+            "postprocess.compress.mode=sentences", "postprocess.compress.min_tokens=0",
+            "postprocess.expand.mode=neighbours", "postprocess.diversity.mmr_lambda=0.5",
+            "postprocess.sensitive.credentials=drop"]
+    c = load_contract(None, sets, search=False)
+    runs = []
+    for store in (both, public):
+        got = retrieve(store, c, "how long are audit logs kept", embedder=fake_embedder, allow=["public"])
+        d = got.to_dict(with_trace=True)
+        d["trace"].pop("timings_ms")
+        runs.append(d)
+    assert runs[0]["trace"]["freshness"]["decay"]["as_of"] == "2023-05-10"
+    assert runs[0] == runs[1]
+
+
+# Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned.
+# ---- access: signals and decisions under a filter and access together -----------------------------
+def test_signals_of_a_restricted_and_filtered_caller_equal_a_store_without_the_hidden_documents(tmp_path, fake_embedder):
+    from kbtool.query.pipeline import retrieve
+
+    from .test_access import PUBLIC, SECRET, _output, build
+
+    full = build(tmp_path / "full", fake_embedder, PUBLIC, SECRET)
+    alone = build(tmp_path / "alone", fake_embedder, PUBLIC, {})
+    for method in ("weighted", "bm25", "dense"):
+        c = contract("access.principals={guest: [public]}", f"retrieve.fusion.method={method}",
+                     "decide.thresholds.answer=0.99")
+        for q in ("merger revenue memo", "What is the merger valued at?", "storage quota zorblax"):
+            for filters in (["doc_id=guide.md"], ["doc_id=faq.md"]):
+                got = retrieve(full, c, q, embedder=fake_embedder, principal="guest", filters=filters)
+                want = retrieve(alone, c, q, embedder=fake_embedder, principal="guest", filters=filters)
+                assert _output(got) == _output(want), (method, q, filters)

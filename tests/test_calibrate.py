@@ -17,6 +17,7 @@ from kbtool.ingestion.pipeline import ingest
 from kbtool.store import Store
 
 from .conftest import ROOT, write
+from .test_access import contract
 
 runner = CliRunner()
 SAMPLE_SET = ROOT / "eval_sets" / "sample.jsonl"
@@ -303,3 +304,30 @@ def test_calibrate_equals_eval_with_diversity_expand_and_sensitive_on(sample_sto
     plain = load_contract(None, [], search=False)
     assert any([h.chunk_id for h in it.answer(decayed).hits] != [h.chunk_id for h in it.answer(plain).hits]
                for it in ans)  # the decay moved something
+
+
+# Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned.
+def test_calibrate_without_a_fitted_model_labels_thresholds_by_the_model_it_kept(sample_store, embedder, tmp_path):
+    """9 unanswerable questions: no model is fitted and the built-in one is kept; the thresholds
+    are P(answerable) from it, not 'top confidence' as the table said."""
+    import io
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from kbtool.cli.calibrate_render import render
+    from kbtool.evaluation.calibrate import calibrate
+    from kbtool.evaluation.questions import load_questions
+
+    rows = [json.loads(x) for x in (Path(__file__).parent.parent / "eval_sets" / "sample.jsonl").read_text().splitlines() if x.strip()]
+    pick = [r for r in rows if r["relevant"]][:20] + [r for r in rows if not r["relevant"]][:9]
+    path = tmp_path / "nine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in pick))
+    qs = load_questions(path)
+    for c, unit in ((contract(), "P(answerable)"), (contract("decide.model=null"), "top confidence")):
+        r = calibrate(sample_store, qs, c, embedder=embedder, folds=2)
+        assert not r.answerability["fitted"] and r.thresholds
+        buf = io.StringIO()
+        render(r, Console(file=buf, width=200))
+        assert f"Thresholds ({unit})" in buf.getvalue()

@@ -4,6 +4,7 @@ long sections hold the answer in one sentence in the middle."""
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -247,3 +248,18 @@ def test_calibrate_runs_with_the_stage_on(kb, fake_embedder, tmp_path):
     off = calibrate(kb, qs, load_contract(None, [], search=False), embedder=fake_embedder, folds=2)
     on = calibrate(kb, qs, load_contract(None, ON, search=False), embedder=fake_embedder, folds=2)
     assert on.heldout == off.heldout
+
+
+# Review of issue 21 (post-processing after fusion): defects found by an adversarial pass, each
+# pinned by a test that failed before its fix.
+def test_compress_a_text_whose_only_match_is_a_heading_is_returned_whole():
+    # seeds never take a heading and lead is off: nothing kept, and compress_text read kept[0]
+    from kbtool.query.compress import compress_text, split
+
+    text = "## Retention\n\nLogs are kept for a while. They are deleted later.\n\n## Other\n\nNothing here at all."
+    units = split(text)
+    assert [u.kind for u in units] == ["heading", "sentence", "sentence", "heading", "sentence"]
+    scores = [1.0, 0, 0, 0, 0]
+    cfg = SimpleNamespace(max_sentences=2, neighbours=1, max_tokens=256, lead=False)
+    got, kept = compress_text(text, scores, units, cfg, [5] * len(units))
+    assert got == text

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from kbtool.chunk import ChunkParams
 from kbtool.contract import load_contract
 from kbtool.errors import ContractError
 from kbtool.evaluation.evaluate import EvalConfig, evaluate
@@ -165,3 +166,33 @@ def test_diversify_pool_by_hand():
     capped, trace = diversify(items, vec, lambda c: "x" if c in "ad" else c, mmr_lambda=0.5, max_per_document=1,
                               keep=4, pool=2)
     assert [c for c, _ in capped] == ["a", "b", "c"] and trace["dropped"] == [["d", "x"]]
+
+
+# Review of issue 21 (post-processing after fusion): defects found by an adversarial pass, each
+# pinned by a test that failed before its fix.
+@pytest.fixture(scope="module")
+def many(tmp_path_factory, fake_embedder):
+    """Eight documents of eight short paragraphs each (one chunk a paragraph): 64 chunks."""
+    base = tmp_path_factory.mktemp("r21many")
+    words = ["backup", "restore", "volume", "checksum", "archive", "snapshot", "replica", "schedule"]
+    for d in range(8):
+        paras = [f"Paragraph {d}-{p}: the {words[(d + p) % 8]} job copies the {words[(d * p) % 8]} data and checks "
+                 f"the {words[(d + 2 * p) % 8]} before the {words[p % 8]} run of team {d} is complete."
+                 for p in range(8)]
+        write(base / "docs" / f"doc{d}.md", f"# Doc {d}\n\n" + "\n\n".join(paras) + "\n")
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=40, overlap=0)).failed
+    return store
+
+
+@pytest.mark.parametrize("setting", ["postprocess.diversity.mmr_lambda=0.5", "postprocess.diversity.mmr_lambda=0.2"])
+def test_mmr_picks_the_same_top_k_whatever_top_k_the_caller_asks(many, fake_embedder, setting):
+    # MMR scaled relevance over, and picked from, a window of the caller's top_k + 20: eval (which
+    # asks for 100) and calibrate ranked other hits than `kbtool query` for the same contract
+    c = load_contract(None, [setting], search=False)
+    for q in ["backup volume checksum", "restore snapshot archive", "replica schedule team",
+              "checksum before the run is complete"]:
+        small = retrieve(many, c, q, embedder=fake_embedder)
+        large = retrieve(many, c, q, embedder=fake_embedder, top_k=60)
+        assert [h.chunk_id for h in large.hits][:len(small.hits)] == [h.chunk_id for h in small.hits], q
+        assert (small.decision, small.confidence) == (large.decision, large.confidence)

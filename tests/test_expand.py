@@ -302,3 +302,78 @@ def test_a_section_across_pages_stops_where_the_allowed_chunks_end():
         assert out[0].text == "p2a p2b"  # #5 is allowed but lies beyond the hidden #4
         out, _ = expand([hit(3)], store, cfg, allowed=None, keep=5)
         assert out[0].text == text.strip()
+
+
+# Review of issue 21 (post-processing after fusion): defects found by an adversarial pass, each
+# pinned by a test that failed before its fix.
+AWS = "AKIA" + "QX7RZ2MB4TKW9PLD"  # a fake key id, built so this file holds none verbatim
+
+MIXED_WORDS = ["amber", "birch", "cedar", "dune"]
+MIXED_GUIDE = ("# Guide\n\n## Backups\n\n"
+               + "\n\n".join(f"Paragraph {w}: the nightly backup job copies the {w} volume to cold storage and "
+                             f"verifies the {w} checksum before it marks the {w} run as complete." for w in MIXED_WORDS) + "\n")
+MIXED_KEYS = ("# Keys\n\n## Backup keys\n\nThe nightly backup job copies the ember volume to cold storage and verifies "
+              "the ember checksum before it marks the ember run as complete.\n\n"
+              f"The backup job signs in with the key id {AWS} which is rotated by the operations team every quarter "
+              "of the calendar year.\n")
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, fake_embedder):
+    base = tmp_path_factory.mktemp("r21mixed")
+    write(base / "docs" / "guide.md", MIXED_GUIDE)
+    write(base / "docs" / "keys.md", MIXED_KEYS)
+    store = Store.open(base / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [base / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=40, overlap=0)).failed
+    return store
+
+
+def test_expand_with_a_dropping_span_keeps_ranks_consecutive(mixed, fake_embedder):
+    # Expansion merges guide.md's hits into one; keys.md's hit grows over a chunk holding a key id
+    # (credentials: drop), so the pipeline puts back the hit's own chunk: with the rank it had
+    # before the merge, not its place in the list returned.
+    q = "paragraph amber birch cedar dune nightly backup volume checksum"
+    sets = ["postprocess.expand.mode=section", "postprocess.expand.max_tokens=1000",
+            "postprocess.sensitive.credentials=drop"]
+    got = retrieve(mixed, load_contract(None, sets, search=False), q, embedder=fake_embedder, top_k=5)
+    ids = [h.chunk_id for h in got.hits]
+    assert any(c.startswith("keys.md") for c in ids) and AWS not in json.dumps(got.to_dict())
+    assert [h.rank for h in got.hits] == list(range(1, len(got.hits) + 1)), [(h.rank, h.chunk_id) for h in got.hits]
+
+
+def test_equal_runs_give_equal_traces_with_diversity_and_expand_on(mixed, fake_embedder):
+    # timings belong in timings_ms (as sensitive_ms, compress_ms, freshness_ms do): the records of
+    # postprocess.diversity and postprocess.expand held an "ms" of their own
+    sets = ["postprocess.diversity.mmr_lambda=0.5", "postprocess.expand.mode=neighbours"]
+    runs = []
+    for _ in range(2):
+        got = retrieve(mixed, load_contract(None, sets, search=False), "nightly backup volume checksum",
+                       embedder=fake_embedder)
+        d = got.to_dict(with_trace=True)
+        assert d["trace"]["timings_ms"]["diversity_ms"] >= 0 and d["trace"]["timings_ms"]["expand_ms"] >= 0
+        d["trace"].pop("timings_ms")
+        runs.append(d)
+    assert "ms" not in runs[0]["trace"]["diversity"] and "ms" not in runs[0]["trace"]["expand"]
+    assert runs[0] == runs[1]
+
+
+KEYS2 = ("# Keys\n\n## Backup keys\n\nThe nightly backup job copies the ember volume to cold storage every night at two.\n\n"
+         "The nightly backup job verifies the ember checksum before it marks the ember run complete.\n\n"
+         f"The operations team signs in with the key id {AWS} which is rotated every quarter of the year.\n")
+
+
+def test_expansion_never_grows_over_a_chunk_the_sensitive_rules_drop(tmp_path, fake_embedder):
+    # keys.md#0 grew over #1 and #2 (a key id: credentials=drop), so it went back to its own chunk,
+    # and keys.md#1, merged into that span, was lost: neither returned nor shown
+    write(tmp_path / "docs" / "keys.md", KEYS2)
+    write(tmp_path / "docs" / "other.md", "# Other\n\nInvoices are sent on the first day of every month.\n")
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=25, overlap=0)).failed
+    sets = ["postprocess.expand.mode=section", "postprocess.sensitive.credentials=drop"]
+    got = retrieve(store, load_contract(None, sets, search=False), "nightly backup job ember volume checksum",
+                   embedder=fake_embedder)
+    text = "\n".join(h.text for h in got.hits)
+    assert "copies the ember volume" in text and "verifies the ember checksum" in text
+    assert AWS not in json.dumps(got.to_dict(with_trace=True)) and AWS not in got.context
+    assert got.hits[0].chunk_id == "keys.md#0" and got.hits[0].char_end > got.hits[0].char_start
+    assert got.trace["expand"]["expanded"][0][:3] == ["keys.md#0", "keys.md#0", "keys.md#1"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbtool.query.preprocess import detect_identifiers, detect_types
+from kbtool.query.preprocess import detect_identifiers, detect_types, preprocess
 
 
 def idents(text: str) -> list[tuple[str, str]]:
@@ -54,10 +54,12 @@ from typer.testing import CliRunner  # noqa: E402
 
 from kbtool.cli import app  # noqa: E402
 from kbtool.contract import default_contract, dump_yaml, load_contract  # noqa: E402
-from kbtool.query.explain import MEANING, shown, shown_threshold, suggestions  # noqa: E402
+from kbtool.query.explain import MEANING, missing_terms, shown, shown_threshold, suggestions  # noqa: E402
 from kbtool.query.pipeline import retrieve  # noqa: E402
+from kbtool.query.scope import scope  # noqa: E402
 
 from .conftest import public_and_restricted_store, write  # noqa: E402
+from .test_filtered_search import _store  # noqa: E402 (a store of public and restricted documents)
 
 runner = CliRunner()
 
@@ -241,3 +243,55 @@ def test_chinese_question_words_are_never_named_as_missing():
     from kbtool.query.explain import PHRASING
 
     assert {"怎样", "怎么", "如何", "什么", "为什么", "哪些", "多少", "是否"} <= PHRASING
+
+
+# Review of issue 20 (large-store filtered search, memoised scopes, refusal explanations at
+# scale): regressions found by probing, each on a real store (fake embedder for logic).
+def test_an_identifier_inside_a_longer_one_is_not_reported_missing(tmp_path, fake_embedder):
+    """The analyser emits ``client.sync.timeout_ms`` and ``tw-e1042/tw-e1043`` whole, not the
+    identifier a question names inside them: BM25's vocabulary alone says a chunk that holds
+    ``sync.timeout_ms`` never mentions it."""
+    store = _store(tmp_path, fake_embedder, {
+        "cfg.md": "# Config\n\nSet client.sync.timeout_ms to 5000 when the link is slow.\n",
+        "err.md": "# Errors\n\nThe agent shows TW-E1042/TW-E1043 when the proxy drops the upload.\n",
+    })
+    c = contract()
+    for question, ident in [("What does sync.timeout_ms do?", "sync.timeout_ms"),
+                            ("How do I fix TW-E1042?", "TW-E1042")]:
+        p = preprocess(question, c)
+        assert [i["text"] for i in p.identifiers] == [ident]
+        assert store.any_chunk_contains(ident)
+        assert ident not in missing_terms(store, p, [], None)
+    # an identifier no chunk holds is still missing, and a longer one does not hold a prefix of it
+    p = preprocess("How do I fix TW-E104?", c)
+    assert missing_terms(store, p, [], None) == ["TW-E104"]
+
+
+def test_suggestions_of_a_restricted_caller_do_not_depend_on_hidden_identifiers(tmp_path, fake_embedder):
+    """A restricted caller gets what a store without the hidden documents gives: siblings of a
+    missing identifier that only hidden chunks hold must not crowd out the one it may read (the
+    nearest 100 in sorted order, and the 6 closest in spelling, were picked among every term)."""
+    from kbtool.query.explain import suggestions
+
+    public = {"tickets.md": "# Tickets\n\nTicket KB-1-900 covers the proxy that drops uploads.\n"}
+    secret = {f"codes{j}.md": f"# Codes {j}\n\n" + " ".join(f"KB-1-{n}" for n in range(100 + 100 * j, 200 + 100 * j)) + "\n"
+              for j in range(4)}
+    full = _store(tmp_path / "full", fake_embedder, public, secret)
+    alone = _store(tmp_path / "alone", fake_embedder, public)
+    c = contract("access.principals={guest: [public], cfo: [finance]}")
+    got = suggestions(full, ["KB-1-260"], scope(full, c, [], "guest").allowed, [], None)
+    want = suggestions(alone, ["KB-1-260"], scope(alone, c, [], "guest").allowed, [], None)
+    assert want == ["instead of 'KB-1-260', the index has: kb-1-900"]
+    assert got == want
+    # the caller who may read them is offered siblings among them
+    cfo = suggestions(full, ["KB-1-260"], scope(full, c, [], "cfo").allowed, [], None)
+    assert len(cfo) == 1 and "kb-1-2" in cfo[0] and "kb-1-900" not in cfo[0]
+
+
+# Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned.
+def test_a_two_character_chinese_word_the_knowledge_base_lacks_is_named(sample_store, embedder):
+    from kbtool.query.pipeline import retrieve
+
+    ans = retrieve(sample_store, contract(), "Tidewater Sync 有安卓或苹果手机客户端吗？", embedder=embedder)
+    assert ans.decision == "refuse" and "苹果" in ans.explanation["missing_terms"]
+    assert "never mentions" in ans.explanation["message"] and "苹果" in ans.explanation["message"]

@@ -5,10 +5,12 @@ the context block; an optional time decay; the fact extraction checked by hand."
 import json
 import os
 from datetime import datetime, timezone
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
+from kbtool.chunk import ChunkParams
 from kbtool.cli import app
 from kbtool.contract import load_contract
 from kbtool.errors import ContractError
@@ -283,3 +285,100 @@ def test_date_fields_without_mtime_leave_an_undated_document_undated(tmp_path, e
     assert (c["older_date"], c["newer_date"]) in ((None, "2025-03-01"), ("2025-03-01", None))
     assert {c["newer_doc"], c["older_doc"]} == {"limits.md", "limits-copy.md"}
     assert dated.trace["freshness"] is not None
+
+
+# Review of issue 21 (post-processing after fusion): defects found by an adversarial pass, each
+# pinned by a test that failed before its fix.
+def _day(s: str) -> tuple:
+    return (datetime.fromisoformat(s).replace(tzinfo=timezone.utc), "updated")
+
+
+def test_decay_of_a_negative_score_with_a_tiny_half_life_does_not_divide_by_zero():
+    # z-score fusion gives negative scores; 0.5 ** (age / half_life) underflows to 0.0 for an old
+    # document under a short half-life (1 day, 3 years: 0.5 ** 1095): no ZeroDivisionError, finite
+    # scores (JSON has no Infinity), older still lower.
+    dates = {"new": _day("2024-01-01"), "old": _day("2021-01-01"), "older": _day("2020-01-01")}
+    cfg = SimpleNamespace(as_of=None, half_life_days=1.0)
+    got, rec = decay([("new#0", 0.5), ("old#0", -0.3), ("older#0", -0.2)], lambda c: c.split("#")[0], dates, cfg)
+    assert [c for c, _ in got][0] == "new#0"
+    assert all(abs(s) < float("inf") for _, s in got)
+    json.dumps(got, allow_nan=False)
+
+
+def test_facts_one_version_written_with_or_without_trailing_zeros_is_no_conflict():
+    from kbtool.query.freshness import differ, facts
+
+    # "version 2" and "version 2.0" are one version; the sample corpus's release notes (3.2 … 3.5)
+    # against the install guide's 3.5.0 were flagged "Sources differ"
+    assert differ(facts("Requires version 2 or later."), facts("Requires version 2.0 or later.")) == []
+    assert differ(facts("Release 3.4 and Release 3.5 are out."), facts("Tidewater Sync 3.5.0 installs.")) == []
+    assert differ(facts("Requires version 2.1."), facts("Requires version 2.10.")) == [["version 2.1", "version 2.10"]]
+
+
+def test_facts_a_negative_number_keeps_its_sign():
+    from kbtool.query.freshness import differ, facts
+
+    assert differ(facts("The fee changed by -5% this year."), facts("The fee changed by 5% this year.")) == [["-5%", "5%"]]
+    assert differ(facts("Set the offset to -10 degrees."), facts("Set the offset to 10 degrees.")) == [["-10 degrees", "10 degrees"]]
+    # a range or a compound word is no sign
+    assert facts("between 5-10% of uploads")["percent"] == {10.0: "10%"}
+    assert facts("a 90-day window")["duration"] == {7776000.0: "90-day"}
+
+
+NEWP = ("---\nupdated: 2024-10-02\n---\n# Audit log retention\n\n## Retention\n\nAudit logs are kept for 90 days. "
+        "After that the audit logs are deleted from the archive.\n")
+OLDP = ("---\nupdated: 2023-05-10\n---\n# Audit log retention\n\n## Retention\n\nAudit logs retention: the audit logs "
+        "are kept in the archive and deleted from the archive after that.\n\n"
+        "Audit logs are kept for 30 days. After that the audit logs are deleted.\n")
+
+
+def test_a_conflict_whose_hit_expansion_merged_is_still_flagged(tmp_path, fake_embedder):
+    # the conflict (new.md#0 90 days / old.md#2 30 days) is found; expansion returns both texts, in
+    # new.md#1's and old.md#0's spans, merging the conflict's own hits: the flag was dropped
+    write(tmp_path / "docs" / "new.md", NEWP)
+    write(tmp_path / "docs" / "old.md", OLDP)
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=20, overlap=0)).failed
+    sets = ["postprocess.freshness.prefer=newer", "postprocess.expand.mode=section"]
+    got = retrieve(store, load_contract(None, sets, search=False), "how long are audit logs kept in the archive",
+                   embedder=fake_embedder)
+    assert got.trace["freshness"]["conflicts"]  # found before expansion
+    shown = {h.chunk_id: h.text for h in got.hits}
+    assert any("90 days" in t for t in shown.values()) and any("30 days" in t for t in shown.values())
+    assert len(got.conflicts) == 1
+    c = got.conflicts[0]
+    assert "90 days" in shown[c["newer"]] and "30 days" in shown[c["older"]]
+    assert "Sources differ: " in got.context and "90 days / 30 days" in got.context
+
+
+def test_as_of_before_a_candidate_date_changes_the_order_as_documented():
+    # ages never go below 0: a document dated after as_of is not decayed at all, so the order is the
+    # same for any as_of on or after the newest candidate's date, not "for any as_of" (the contract
+    # said so); the contract's description now says which
+    from kbtool.contract import Freshness
+
+    dates = {"a": _day("2024-06-01"), "b": _day("2024-01-01")}
+    items = [("b#0", 1.0), ("a#0", 0.9)]
+    doc = lambda c: c.split("#")[0]  # noqa: E731
+    late = [c for c, _ in decay(items, doc, dates, SimpleNamespace(as_of="2025-01-01", half_life_days=100))[0]]
+    none = [c for c, _ in decay(items, doc, dates, SimpleNamespace(as_of=None, half_life_days=100))[0]]
+    early = [c for c, _ in decay(items, doc, dates, SimpleNamespace(as_of="2024-01-01", half_life_days=100))[0]]
+    assert late == none == ["a#0", "b#0"] and early == ["b#0", "a#0"]
+    text = Freshness.model_fields["as_of"].description
+    assert "for any as_of:" not in text and "as_of on or after the newest" in text
+
+
+def test_half_life_days_must_be_finite():
+    # inf was accepted and written to the JSONL trace as `Infinity`, which is not JSON
+    from kbtool.errors import ContractError
+
+    with pytest.raises(ContractError, match=r"postprocess\.freshness\.half_life_days"):
+        load_contract(None, ["postprocess.freshness.half_life_days=inf"], search=False)
+    assert load_contract(None, ["postprocess.freshness.half_life_days=1e6"], search=False).postprocess.freshness.half_life_days == 1e6
+
+
+@pytest.mark.parametrize("given", ["20241002", "2024-10-02"])
+def test_as_of_reads_as_a_date_and_is_kept_as_yyyy_mm_dd(given):
+    # YAML reads --set as_of=20241002 as an int: "must be a valid string" (the date check passed it)
+    c = load_contract(None, [f"postprocess.freshness.as_of={given}"], search=False)
+    assert c.postprocess.freshness.as_of == "2024-10-02"

@@ -266,3 +266,25 @@ def test_a_ranking_gate_outside_zero_to_one_is_a_usage_error():
     with pytest.raises(UsageError, match=r"ndcg@10 lies between 0 and 1: a gate at 5 can never pass"):
         parse_gate("ndcg@10>=5", "contract")
     assert parse_gate("ndcg@10>=1", "contract").required == 1.0
+
+
+# Review of issue 16 (answerability model, refusal gates): defects found by probing, each pinned.
+# ---- --fail-under-recorded 0 on the run calibrate recorded ---------------------------------------
+def test_recorded_gate_with_no_slack_passes_the_numbers_it_recorded():
+    """calibrate records metrics rounded to 6 decimals (hit_rate@5 0.964286 = 81/84); eval's
+    unrounded 0.96428571 then read as 'below the recorded value' with DELTA 0."""
+    from types import SimpleNamespace
+
+    from kbtool.contract import CalibrationRecord
+    from kbtool.evaluation.compare import recorded_gate
+
+    exact = {"hit_rate@5": 81 / 84, "ndcg@5": 0.8190881234}
+    c = SimpleNamespace(calibration=CalibrationRecord.model_validate({"recorded": {
+        "metrics": {k: round(v, 6) for k, v in exact.items()},
+        "refusal": {"unanswerable": 26, "correctly_refused": 20, "answerable": 84, "wrongly_refused": 18}}}))
+    rates = {"false_refusal": 18 / 84, "correct_refusal": 20 / 26}
+    report = SimpleNamespace(config=SimpleNamespace(metric_names=lambda: list(exact)),
+                             mean=lambda mode, name, tag=None: exact[name],
+                             rate=lambda mode, name, tag=None: rates[name])
+    got = recorded_gate(c, report, 0.0)
+    assert got["passed"], [x for x in got["checks"] if not x["passed"]]

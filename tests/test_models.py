@@ -298,3 +298,148 @@ def test_opening_a_store_with_another_vector_engine_than_it_records_is_refused(t
     Store.open(tmp_path / "kb", create=True)
     with pytest.raises(UsageError, match="keeps its vectors in Chroma embedded"):
         Store.open(tmp_path / "kb", vectors="http://127.0.0.1:9")
+
+
+# Review 17: defects found in several dense retrievers per store (index --add-model / --drop-model).
+def _one_model_store(tmp_path, embedder) -> Store:
+    """Two English pages, the store's own model only, indexed."""
+    store = _store(tmp_path, embedder, files={name: FILES[name] for name in ("sync.md", "billing.md")}, add=())
+    assert store.is_indexed()
+    return store
+
+
+def test_a_model_that_cannot_embed_is_not_added_and_the_store_stays_queryable(tmp_path, embedder, monkeypatch):
+    """`index --add-model` of an endpoint that is down (or a folder that holds no model) failed, yet
+    recorded the model: the store was left 'behind' and every query refused until it was dropped."""
+    store = _one_model_store(tmp_path, embedder)
+    monkeypatch.setenv("KBTOOL_EMBED_RETRIES", "0")
+    bogus = tmp_path / "notamodel"
+    write(bogus / "config.json", "{}")
+    for arg in ("down=openai:http://127.0.0.1:9/v1#m", f"bogus={bogus}"):
+        r = runner.invoke(app, ["index", "--store", str(store.path), "--add-model", arg, "-q"])
+        assert r.exit_code != 0, r.output
+        assert "Traceback" not in r.output
+        after = Store.open(store.path)
+        assert after.dense_retrievers() == ["dense"], arg
+        assert after.is_indexed(), arg
+    r = runner.invoke(app, ["query", "who wins a sync conflict", "--store", str(store.path), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["hits"]
+    r = runner.invoke(app, ["ingest", str(tmp_path / "d"), "--store", str(store.path), "-q",
+                            "--add-model", f"bogus={bogus}"])
+    assert r.exit_code != 0 and Store.open(store.path).dense_retrievers() == ["dense"]
+
+
+def test_add_model_name_is_checked_not_taken_for_a_model_path(tmp_path, embedder):
+    """`--add-model UPPER=use-m` and `--add-model =use-m` said "embedding model 'UPPER=use-m' is not a
+    local folder": the NAME= part was silently read as part of a model path."""
+    store = _one_model_store(tmp_path, embedder)
+    for arg in ("UPPER=use-m", "=use-m", "a b=use-m"):
+        r = runner.invoke(app, ["index", "--store", str(store.path), "--add-model", arg, "-q"])
+        assert r.exit_code == 2, (arg, r.output)
+        assert "not a local folder" not in r.output, r.output
+        assert "--add-model" in r.output and "NAME" in r.output, r.output
+    assert Store.open(store.path).dense_retrievers() == ["dense"]
+
+
+def test_drop_model_dense_says_the_primary_cannot_be_dropped(tmp_path, embedder):
+    """`--drop-model dense` said "the store has no model dense:dense"."""
+    store = _one_model_store(tmp_path, embedder)
+    r = runner.invoke(app, ["index", "--store", str(store.path), "--drop-model", "dense"])
+    assert r.exit_code == 2, r.output
+    assert "dense:dense" not in r.output
+    assert "store's own model" in r.output and "--rebuild --model" in r.output, r.output
+
+
+def test_rebuild_re_embeds_an_added_model_whose_width_changed(tmp_path, embedder):
+    """`index --rebuild` forgot the width of the store's own model but kept an added model's: when the
+    model behind dense:NAME changed width (an endpoint now serving another model), the rebuild failed
+    with "rebuild with `kbtool index --model ... --rebuild`" - advice that would switch the store's
+    own model."""
+    store = _one_model_store(tmp_path, embedder)
+    store.add_model("use-m")
+    from kbtool.index import index
+
+    with store.writing():
+        index(store, embedder=embedder)
+    with store.writing():
+        store.manifest["models"]["use-m"]["dim"] = 256  # what the old model behind the name gave
+        store.save_manifest()
+    r = runner.invoke(app, ["query", "同步冲突", "--store", str(store.path)])
+    assert r.exit_code != 0 and "--model" not in r.output and "--rebuild" in r.output, r.output
+    r = runner.invoke(app, ["index", "--store", str(store.path), "--rebuild", "-q"])
+    assert r.exit_code == 0, r.output
+    after = Store.open(store.path)
+    assert after.is_indexed() and after.manifest["models"]["use-m"]["dim"] == 512
+
+
+def test_index_after_a_rebuild_killed_before_an_added_model_records_its_width(tmp_path, embedder):
+    """A rebuild forgets every model's width first; killed before it reached dense:use-m, it left
+    that model's vectors in place, and the next `index` (nothing to embed) marked the model current
+    with no width: no query was checked against it."""
+    store = _one_model_store(tmp_path, embedder)
+    store.add_model("use-m")
+    from kbtool.index import index
+
+    with store.writing():
+        index(store, embedder=embedder)
+    with store.writing():  # what `index --rebuild` killed after the store's own model leaves
+        store.manifest["models"]["use-m"].update(dim=None, indexed_generation=-1)
+        store.save_manifest()
+    r = runner.invoke(app, ["index", "--store", str(store.path), "-q"])
+    assert r.exit_code == 0, r.output
+    after = Store.open(store.path)
+    assert after.is_indexed() and after.manifest["models"]["use-m"]["dim"] == 512
+
+
+def test_a_long_lived_store_survives_another_process_dropping_and_re_adding_a_model(tmp_path, embedder):
+    """A Store kept open (kbtool serve, a Python user) held Chroma's handle of each collection: after
+    `index --drop-model use-m` + `--add-model use-m` (or `index --rebuild`) elsewhere, every query it
+    served raised chromadb's NotFoundError ("Collection [...] does not exist"), a raw traceback."""
+    from kbtool.contract import default_contract
+    from kbtool.index import index
+    from kbtool.query.pipeline import retrieve
+
+    store = _one_model_store(tmp_path, embedder)
+    store.add_model("use-m")
+    with store.writing():
+        index(store, embedder=embedder)
+    served = Store.open(store.path)
+    question = "两个人同时修改同一个文件会怎样？"
+    first = retrieve(served, default_contract(), question, embedder=embedder)
+    assert "dense:use-m" in first.weights
+    english = retrieve(served, default_contract(), "who wins a sync conflict", embedder=embedder)
+    assert "dense" in english.weights
+    other = Store.open(store.path)  # another writer
+    other.drop_model("use-m")
+    other.add_model("use-m")
+    with other.writing():
+        index(other, embedder=embedder, rebuild=True)
+    again = retrieve(served, default_contract(), question, embedder=embedder)
+    assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in first.hits]
+    again = retrieve(served, default_contract(), "who wins a sync conflict", embedder=embedder)
+    assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in english.hits]
+
+
+def test_dropping_a_model_of_a_store_whose_chroma_folder_is_gone_does_not_make_it_current(tmp_path, embedder):
+    """With chroma/ deleted the store is behind (its vectors are gone). Store.drop_model (and
+    add_model, dropping a leftover collection) opened Chroma to drop the model's collection, which
+    made an empty chroma/: the store then claimed current with no vector at all."""
+    import shutil
+
+    store = _one_model_store(tmp_path, embedder)
+    store.add_model("use-m")
+    from kbtool.index import index
+
+    with store.writing():
+        index(store, embedder=embedder)
+    shutil.rmtree(store.path / "chroma")
+    gone = Store.open(store.path)
+    assert not gone.is_indexed()
+    assert gone.drop_model("use-m")
+    assert not Store.open(store.path).is_indexed()
+    assert not (store.path / "chroma").exists()
+    r = runner.invoke(app, ["index", "--store", str(store.path), "-q"])
+    assert r.exit_code == 0, r.output
+    after = Store.open(store.path)
+    assert after.is_indexed() and after.vectors.count() == len(after.index_targets())

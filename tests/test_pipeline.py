@@ -406,3 +406,49 @@ def test_one_window_policy_for_every_stage():
     # a dropping rule may remove any item: dedup never stops early
     w = window("postprocess.dedup.enabled=false", drops=True)
     assert (w.read, w.dedup_keep, w.kept) == (25, None, 5)
+
+
+# Review 17: defects found in several dense retrievers per store (index --add-model / --drop-model).
+def test_query_and_calibrate_gathering_give_the_same_hits_on_a_two_model_store(tmp_path, embedder):
+    """A Chinese question on a store with use-m runs BM25 and dense:use-m only (MiniLM is weighed 0);
+    calibrate and eval gather every retriever. Ranking, scores and decision agreed, but the hits did
+    not: eval/calibrate's carried MiniLM's cosine (dense_score) where query's had None, and an English
+    question's carried a dense:use-m score query never computed. One Answer, whoever gathers."""
+    from kbtool.contract import default_contract
+    from kbtool.query.pipeline import answer, gather, retrieve
+    from kbtool.query.routing import store_retrievers
+    from kbtool.query.scope import scope
+
+    from .test_models import _store as two_model_store
+
+    store = two_model_store(tmp_path, embedder)
+    contract = default_contract()
+    sc = scope(store, contract)
+    for question in ("两个人同时修改同一个文件会怎样？", "What happens when two people edit the same file?"):
+        by_query = retrieve(store, contract, question)
+        cands = gather(store, contract, [question], sc=sc, retrievers=store_retrievers(store))[0]
+        by_all = answer(store, contract, cands, sc=sc)
+        assert by_query.weights == by_all.weights
+        assert [h.to_dict() for h in by_query.hits] == [h.to_dict() for h in by_all.hits], question
+        assert by_query.signals == by_all.signals and by_query.decision == by_all.decision
+
+
+def test_dense_mode_signals_do_not_depend_on_what_else_eval_gathered(sample_store, embedder):
+    """The dense mode of a contract whose model reads no BM25 signal runs no BM25 in a query; eval,
+    gathering BM25 for its other modes, must give the same signals (BM25's statistics unseen)."""
+    from kbtool.contract import AnswerabilityModel, default_contract
+    from kbtool.query.pipeline import answer, gather, retrieve
+    from kbtool.query.scope import scope
+    from kbtool.query.retriever import contract_for_mode
+
+    base = default_contract()
+    base.decide.model = AnswerabilityModel(coefficients={"cosine": 4.0, "dense_margin": 3.0}, intercept=-2.0)
+    dense = contract_for_mode(base, "dense")
+    q = "What causes error TW-E5120 and how do I fix it?"
+    alone = retrieve(sample_store, dense, q, embedder=embedder)
+    sc = scope(sample_store, dense)
+    both = gather(sample_store, dense, [q], sc=sc, embedder=embedder, retrievers=("dense", "bm25"))[0]
+    assert both.term_weights is not None  # BM25 was gathered
+    via_eval = answer(sample_store, dense, both, sc=sc)
+    assert via_eval.signals == alone.signals
+    assert via_eval.confidence == alone.confidence and via_eval.decision == alone.decision

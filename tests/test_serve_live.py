@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import write
+from .test_serve_http import CONTRACT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -247,3 +248,77 @@ def test_through_http_an_ingest_elsewhere_and_a_watched_edit_reach_the_answers(t
         assert proc.wait(timeout=60) == 0
         log.close()
     assert "Traceback" not in (tmp_path / "serve.err").read_text()
+
+
+# Review of `kbtool serve` (issue 19): defects found by an adversarial review, each pinned by a test.
+# In process with FastAPI's TestClient over a real Service (real store, real bundled model).
+@pytest.fixture()
+def small(tmp_path, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.serve.service import Service
+    from kbtool.store import Store
+
+    write(tmp_path / "docs" / "plan.md", "# Plan\n\nThe roadmap is public.\n")
+    write(tmp_path / "docs" / "notes.txt", "Meeting notes are public.\n")
+    write(tmp_path / "outside" / "plan.md", "# Outside\n\nzorblat outside the ingest root\n")
+    kb = Store.open(tmp_path / "kb", create=True)
+    assert not ingest(kb, [tmp_path / "docs"], embedder=embedder).failed
+    kb.close()
+    contract = write(tmp_path / "kbtool.yaml", CONTRACT)
+    return tmp_path, Service(tmp_path / "kb", contract)
+
+
+def test_a_file_edited_after_ingest_is_never_served_from_disk(small):
+    """/v1/documents read the file as it is now: a public document edited to hold secret text (and an
+    access tag restricting it) was served to a guest before any ingest decided its access."""
+    from kbtool.serve.service import Caller
+
+    base, service = small
+    write(base / "docs" / "plan.md", "---\naccess: internal\n---\n# Plan\n\nThe zorblat acquisition closes in May.\n")
+    span = service.document_span("plan.md", caller=Caller(principal="guest"))
+    assert "zorblat" not in span["text"] and "roadmap is public" in span["text"]
+    assert span["changed_since_ingest"] is True and span["source"] == "parsed"
+
+
+def test_nothing_outside_the_ingest_root_is_read_via_a_swapped_root_or_a_hard_link(small):
+    """The check resolved the path against the root as it resolves now: the root folder swapped for a
+    symlink to another folder, or a file replaced by a hard link, was read."""
+    base, service = small
+    (base / "docs").rename(base / "docs.orig")
+    (base / "docs").symlink_to(base / "outside", target_is_directory=True)
+    span = service.document_span("plan.md")
+    assert "zorblat" not in span["text"] and "roadmap is public" in span["text"]
+    (base / "docs").unlink()
+    (base / "docs.orig").rename(base / "docs")
+    (base / "docs" / "notes.txt").unlink()
+    os.link(base / "outside" / "plan.md", base / "docs" / "notes.txt")
+    span = service.document_span("notes.txt")
+    assert "zorblat" not in span["text"] and "Meeting notes are public" in span["text"]
+
+
+def test_the_watch_survives_an_error_in_one_poll(small, monkeypatch, caplog):
+    """One exception in a poll (a file gone between is_file and stat, a manifest mid-write) ended the
+    watch thread for good, silently: later edits were never ingested and nothing said so."""
+    import time
+
+    import kbtool.serve.watch as watch
+
+    base, service = small
+    real, calls = watch.snapshot, []
+
+    def flaky(roots):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FileNotFoundError("docs/gone.md")
+        return real(roots)
+
+    monkeypatch.setattr(watch, "snapshot", flaky)
+    w = watch.Watcher(service, interval=0.05, debounce=0.1).start()
+    try:
+        end = time.monotonic() + 5
+        while len(calls) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert w._thread.is_alive() and len(calls) >= 3
+        assert "watch: FileNotFoundError" in caplog.text and service.watch_error is None  # said, then cleared
+    finally:
+        w.stop()

@@ -20,7 +20,15 @@ pytest.importorskip("mcp")
 import anyio  # noqa: E402
 import yaml  # noqa: E402
 
-from .conftest import ROOT, public_and_restricted_store  # noqa: E402
+from kbtool.chunk import ChunkParams  # noqa: E402
+from kbtool.contract import load_contract  # noqa: E402
+from kbtool.ingestion.pipeline import ingest  # noqa: E402
+from kbtool.query.pipeline import retrieve  # noqa: E402
+from kbtool.store import Store  # noqa: E402
+
+from .conftest import ROOT, public_and_restricted_store, write  # noqa: E402
+from .test_freshness import NEW, OLD  # noqa: E402 (a newer and an older page that conflict)
+from .test_serve_http import kb  # noqa: E402, F401 (the restricted store of serve's review tests, a module fixture)
 
 QUESTION = "How do I fix TW-E5120?"
 UNANSWERABLE = "what is the airspeed velocity of an unladen swallow"
@@ -323,3 +331,60 @@ def test_transport_security_names_this_machine_only():
     assert socket.gethostname() + ":*" in everywhere.allowed_hosts and "0.0.0.0:*" not in everywhere.allowed_hosts
     with pytest.raises(UsageError, match="use stdio or http"):
         run(object(), transport="sse")
+
+
+# Review of issue 21: the MCP search payload carries Answer.conflicts as the HTTP answer does
+# (failed before the fix).
+def test_mcp_search_payload_carries_the_conflicts(tmp_path, fake_embedder):
+    from kbtool.serve.mcp import answer_payload
+
+    write(tmp_path / "docs" / "retention.md", NEW)
+    write(tmp_path / "docs" / "retention-old.md", OLD)
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "docs"], embedder=fake_embedder, chunk_params=ChunkParams(size=60, overlap=0)).failed
+    got = retrieve(store, load_contract(None, ["postprocess.freshness.prefer=newer"], search=False),
+                   "how long are audit logs kept", embedder=fake_embedder)
+    assert got.conflicts  # the pair is found
+    assert answer_payload(got).get("conflicts") == got.conflicts
+
+
+# Review of `kbtool serve` (issue 19): defects found by an adversarial review, each pinned by a test.
+# In process with FastAPI's TestClient over a real Service (real store, real bundled model).
+def _start(args: list[str], base: Path, ready: str):
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import ROOT
+
+    err = open(base / "stderr.txt", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", *args], stdout=subprocess.PIPE, stderr=err,
+                            cwd=base, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for _ in range(1200):
+        text = (base / "stderr.txt").read_text()
+        if ready in text:
+            return proc, text.split(ready)[1].split()[0]
+        assert proc.poll() is None, text
+        time.sleep(0.1)
+    raise AssertionError((base / "stderr.txt").read_text())
+
+
+def test_mcp_http_port_0_names_the_real_port_and_sigterm_exits_0(kb, tmp_path):
+    """`--mcp http --port 0` printed http://127.0.0.1:0/mcp (the README: "--port 0 takes a free port
+    and prints it"), printed it before listening, and SIGTERM ended the process with 143, not 0."""
+    import signal
+
+    import httpx
+
+    proc, url = _start(["--store", str(kb["kb"]), "--mcp", "http", "--port", "0", "--log-level", "warning"],
+                       tmp_path, "kbtool MCP server: ")
+    try:
+        assert ":0/" not in url and url.endswith("/mcp"), url
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        r = httpx.post(url, json=init, headers={"Accept": "application/json, text/event-stream"}, timeout=30)
+        assert r.status_code == 200 and "kbtool knowledge base" in r.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert proc.stdout.read() == b""

@@ -8,6 +8,8 @@ from kbtool.index import sync
 from kbtool.store import Store
 from kbtool.store.manifest import FORMAT_VERSION
 
+from .conftest import write
+
 
 def test_missing_store_says_how_to_create_one(tmp_path):
     with pytest.raises(StoreError, match="kbtool ingest"):
@@ -130,3 +132,67 @@ def test_a_long_lived_reader_is_current_after_another_writer_ingests(tmp_path, e
     assert reader.is_indexed() and reader.status()["indexes_current"] and reader.status()["documents"] == 2
     hits = retrieve(reader, default_contract(), "copperkettle", embedder=embedder).hits
     assert hits[0].doc_id == "b.md"
+
+
+# Review of issue 20 (large-store filtered search, memoised scopes, refusal explanations at
+# scale): regressions found by probing, each on a real store (fake embedder for logic).
+def test_a_chroma_url_with_credentials_is_refused_without_showing_them(tmp_path):
+    """--chroma-url http://user:password@host or ?token=...: refused (credentials come from the
+    environment), and the refusal, printed to a terminal or a CI log, must not repeat them."""
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+
+    write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
+    for url in ("http://admin:hunter2@127.0.0.1:1", "http://127.0.0.1:1/?token=hunter2",
+                "http://admin:hunter2@127.0.0.1:99999", "http://127.0.0.1:1/#hunter2"):
+        r = CliRunner().invoke(app, ["ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb"), "--chroma-url", url])
+        assert r.exit_code == 2, r.output
+        assert "--chroma-url" in r.output and "hunter2" not in r.output, r.output
+        assert not (tmp_path / "kb").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+def test_a_chroma_timeout_that_is_no_number_of_seconds_is_refused(value, tmp_path, monkeypatch):
+    """$KBTOOL_CHROMA_TIMEOUT=nan or inf passed the check (not <= 0) and reached httpx: against a live
+    server, ValueError 'Invalid value NaN' / OverflowError 'timestamp out of range' instead of one line."""
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+    from kbtool.errors import UsageError
+    from kbtool.store.chroma_server import timeout
+
+    monkeypatch.setenv("KBTOOL_CHROMA_TIMEOUT", value)
+    with pytest.raises(UsageError, match="KBTOOL_CHROMA_TIMEOUT"):
+        timeout()
+    write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb"),
+                                 "--chroma-url", "http://127.0.0.1:1"])
+    assert r.exit_code == 2 and "KBTOOL_CHROMA_TIMEOUT" in r.output, r.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server", [True, False])
+def test_a_malformed_chroma_headers_setting_is_one_line_without_its_token(server, tmp_path):
+    """$CHROMA_SERVER_HEADERS (how the README says to send a server credentials) that chromadb
+    refuses: chromadb's import raised pydantic's ValidationError, printed as an 'Internal error'
+    whose text repeats the value — the bearer token. One line naming the setting instead. A
+    subprocess: chromadb reads the setting once, on import."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    write(tmp_path / "c" / "a.md", "# A\n\nhello\n")
+    env = {**os.environ, "CHROMA_SERVER_HEADERS": '{"Authorization": "Bearer s3cret-token-77"',
+           "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "kbtool", "ingest", str(tmp_path / "c"), "--store", str(tmp_path / "kb")]
+    if server:
+        args += ["--chroma-url", "http://127.0.0.1:1"]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "s3cret-token-77" not in out and "Internal error" not in out, out
+    assert "CHROMA_" in out and "chroma_server_headers" in out, out

@@ -277,7 +277,7 @@ Q = [
      ["unanswerable"]),  # data-residency.md: "A yearly transparency report lists ...", no location
     # q111-q116: off-topic questions a chat front-end receives, far from every document (an
     # answerability model fitted on near misses alone learnt that a chunk *less* like the question
-    # meant "answerable": tests/test_review16.py). Grep: [mona lisa, jupiter, moons, banana,
+    # meant "answerable": tests/test_answerability.py). Grep: [mona lisa, jupiter, moons, banana,
     # world cup, boiling, fahrenheit, 北京, 天气] 0 hits.
     ("Who painted the Mona Lisa?", [], ["unanswerable", "off-topic"]),
     ("How many moons does Jupiter have?", [], ["unanswerable", "off-topic"]),
