@@ -10,10 +10,18 @@ in-process fails (``pytest_sessionstart``), in either tier, so the marking canno
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# The caller's terminal is not the tests': pytest-xdist's workers get COLUMNS=80 and LINES=24, which
+# kbtool's consoles honour (tables cut to 80 columns). They are made when kbtool.cli is imported,
+# at collection, before any fixture runs: cleared here, at the first import; a test that wants a
+# width sets it itself (as the --help test does for its subprocesses).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_corpus"
@@ -33,8 +41,6 @@ def _set_env(tmp_path_factory, mp) -> None:
     mp.delenv("KBTOOL_RUNTIME", raising=False)
     mp.delenv("KBTOOL_EMBED_API_KEY", raising=False)
     mp.delenv("OPENAI_API_KEY", raising=False)
-    # The caller's terminal is not the tests': pytest-xdist's workers get COLUMNS=80, which kbtool's
-    # console honours (tables cut to 80 columns); a test that wants a width sets it itself.
     mp.delenv("COLUMNS", raising=False)
     mp.delenv("LINES", raising=False)
 
