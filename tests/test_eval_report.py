@@ -1,4 +1,4 @@
-"""eval's report.html (issue 18): the reliability diagram inline, the questions that failed and the
+"""eval's report.html: the reliability diagram inline, the questions that failed and the
 ones that changed against a baseline, with the counts of the terminal and --json."""
 
 import json
