@@ -443,14 +443,18 @@ def load_lexicon(path: Path, shown: str) -> list[Category]:
     return out
 
 
+def lexicon_file(name: str, base: Path | None) -> Path:
+    """``postprocess.sensitive.lexicon`` as an absolute path: a relative one from ``base`` (the
+    contract file's folder; None: the current folder)."""
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else (base or Path.cwd()) / path
+
+
 def rules_for(cfg, base: Path | None) -> Rules:
     """The compiled rules of a ``postprocess.sensitive`` setting (``compiled`` keeps them)."""
     cats = [] if cfg.credentials == "off" else [credentials_category(cfg.credentials)]
     if cfg.lexicon:
-        path = Path(cfg.lexicon).expanduser()
-        if not path.is_absolute():
-            path = (base or Path.cwd()) / path
-        cats = load_lexicon(path, cfg.lexicon) + cats
+        cats = load_lexicon(lexicon_file(cfg.lexicon, base), cfg.lexicon) + cats
     return Rules(cats)
 
 
@@ -464,11 +468,7 @@ def compiled(cfg, base: Path | None = None, *, reread: bool = False) -> Rules:
     """The rules of a ``postprocess.sensitive`` setting, compiled once per (credentials, lexicon
     file; a relative one read from ``base``, default the current folder); ``reread``: read the
     lexicon again (``load_contract``)."""
-    lexicon = None
-    if cfg.lexicon:
-        path = Path(cfg.lexicon).expanduser()
-        lexicon = str(path if path.is_absolute() else (base or Path.cwd()) / path)
-    key = (cfg.credentials, lexicon)
+    key = (cfg.credentials, str(lexicon_file(cfg.lexicon, base)) if cfg.lexicon else None)
     if reread or key not in _COMPILED:
         _COMPILED[key] = rules_for(cfg, base)
     return _COMPILED[key]

@@ -85,9 +85,9 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
 def lexicon_path(name: str, source: Optional[Path]) -> str:
     """postprocess.sensitive.lexicon as an absolute path: relative to the folder of the contract
     file ``source`` (None: the current folder)."""
-    written = Path(name).expanduser()
-    base = source.resolve().parent if source is not None else Path.cwd()
-    return str(written if written.is_absolute() else base / written)
+    from ..sensitive import lexicon_file
+
+    return str(lexicon_file(name, source.resolve().parent if source is not None else None))
 
 
 MAX_CONTRACT_BYTES = 2**20  # 1 MB
