@@ -13,8 +13,8 @@ QUESTION_TYPES = ("identifier", "cjk", "other")
 RETRIEVERS = ("dense", "bm25")
 RRF_K = 60  # the RRF constant of Cormack et al. (2009): retrieve.fusion.rrf_k and the "hybrid" mode
 # Answerability signals the pipeline computes (kbtool.query.signals), which decide.model may use.
-FEATURES = ("relevance", "cosine", "coverage", "absent_kb", "absent_top", "agreement", "dense_margin",
-            "bm25_margin", "identifier", "cjk", "terms")
+FEATURES = ("relevance", "cosine", "coverage", "absent_kb", "absent_top", "named_absent_kb", "named_absent_top",
+            "agreement", "dense_margin", "bm25_margin", "identifier", "cjk", "terms")
 CONTEXT_FIELDS = {"n", "source", "doc_id", "title", "section_path", "page", "text", "confidence", "chunk_id",
                   "citation", "lines", "anchor", "url"}
 

@@ -26,12 +26,14 @@ C = 0.3  # inverse L2 strength on standardised features (few unanswerable questi
 # between the two labelled sets (fitted on one, scored on the other: eval_sets/sample.jsonl and
 # eval_sets/fastapi-docs.jsonl, mean AUC 0.826 vs 0.805 with all eleven). Every signal is still
 # computed and reported (``signal_auc``); a contract's model may weigh any of them.
-MODEL_FEATURES = ("relevance", "cosine", "coverage", "absent_kb", "absent_top", "dense_margin")
+MODEL_FEATURES = ("relevance", "cosine", "coverage", "absent_top", "named_absent_kb", "named_absent_top",
+                  "dense_margin")
 # The direction each signal may push P(answerable): a hit more like the question never lowers it,
 # a question term the knowledge base lacks never raises it (+1: coefficient >= 0, -1: <= 0, 0:
 # free). Without it a model fitted on near misses alone learnt a negative cosine weight, and
 # answered questions far from every document ("What is the capital of France?").
-SIGNS = {"relevance": 1, "cosine": 1, "coverage": 1, "absent_kb": -1, "absent_top": -1, "agreement": 1,
+SIGNS = {"relevance": 1, "cosine": 1, "coverage": 1, "absent_kb": -1, "absent_top": -1, "named_absent_kb": -1,
+         "named_absent_top": -1, "agreement": 1,
          "dense_margin": 1, "bm25_margin": 1, "identifier": 0, "cjk": 0, "terms": 0}
 MIN_EACH = 10  # answerable and unanswerable questions a model needs (fewer: no model is fitted)
 

@@ -441,18 +441,23 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     # The answerability model, fitted on the signals under the fusion that will be written; the
     # thresholds from each question's out-of-fold P(answerable) (without a model: its confidence).
     final = written_contract(contract, adopted, proposed) if adopted else contract
+    if max_false_answer is None and max_false_refusal is None:  # the refuse tier's job: few false refusals
+        max_false_refusal = contract.decide.refuse.max_false_refusal
     model, conf, answerability = _answerability(final, items, folds=folds, seed=seed, source=source, qs=qs,
                                                 max_fa=max_false_answer, max_fr=max_false_refusal)
     notes += answerability.pop("notes")
     if model is not None:
         final = final.model_copy(update={"decide": final.decide.model_copy(update={"model": model})})
-    thresholds, table, tnotes = _thresholds(final, items, conf, max_false_answer, max_false_refusal)
+    evidence = _evidence(final, items, answerability["signals"])
+    thresholds, table, tnotes = _thresholds(final, items, conf, max_false_answer, max_false_refusal, evidence)
     notes += tnotes
     held = answerability.pop("refused", None)
     if model is not None and thresholds and held is not None:
-        answerability["heldout_thresholds"] = _heldout_rates(*held)
+        y_held, refused_held = held
+        refused_held = refused_held & np.array([evidence[id(it)] is not None for it in items])
+        answerability["heldout_thresholds"] = _heldout_rates(y_held, refused_held)
     if thresholds:
-        answerability["mistakes"] = _mistakes(final, items, conf, thresholds, answerability.pop("signals"))
+        answerability["mistakes"] = _mistakes(final, items, conf, thresholds, answerability.pop("signals"), evidence)
     else:
         answerability.pop("signals")
     final_cfg = Config(proposed["method"], proposed["normalization"], proposed["rrf_k"])
@@ -516,20 +521,30 @@ def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10
 
 def _rates(ans, unans, t: float) -> tuple[float, float]:
     """(false answer rate: unanswerable not refused, false refusal rate: answerable refused) when
-    the pipeline's ``decide`` refuses below ``t``."""
+    the pipeline's ``decide`` refuses below ``t``. A value of ``UNREFUSABLE`` is a question without
+    evidence of absence (``decide.absence``), which no threshold refuses."""
     from ..contract import Thresholds
     from ..query.decide import decide
 
     th = Thresholds(answer=1.0, low_confidence=t)
-    fa = float(np.mean([decide(c, th) != "refuse" for c in unans])) if len(unans) else 0.0
-    fr = float(np.mean([decide(c, th) == "refuse" for c in ans])) if len(ans) else 0.0
+    refused = lambda c: c != UNREFUSABLE and decide(c, th) == "refuse"  # noqa: E731
+    fa = float(np.mean([not refused(c) for c in unans])) if len(unans) else 0.0
+    fr = float(np.mean([refused(c) for c in ans])) if len(ans) else 0.0
     return fa, fr
+
+
+UNREFUSABLE = float("inf")  # _pick's value for a question decide never refuses (no evidence of absence)
+
+
+def _refusable(values, evidence) -> list:
+    """Values as the refuse tier sees them: ``UNREFUSABLE`` where there is no evidence of absence."""
+    return [c if e else UNREFUSABLE for c, e in zip(values, evidence)]
 
 
 def _pick(ans, unans, max_fa, max_fr) -> tuple[float, float, float, bool]:
     """(refuse-below threshold, false answer rate, false refusal rate, target met); ``ans`` and
     ``unans`` are top confidences (None: nothing retrieved)."""
-    cands = sorted({0.0, *(round(float(c), 4) for c in (*ans, *unans) if c is not None), 1.0})
+    cands = sorted({0.0, *(round(float(c), 4) for c in (*ans, *unans) if c is not None and c != UNREFUSABLE), 1.0})
     # a threshold just above each observed value separates it; use midpoints between neighbours
     points = [round((a + b) / 2, 4) for a, b in zip(cands, cands[1:])] or [0.5]
     scored = []
@@ -585,12 +600,18 @@ def _tiers(contract, items, notes: list[str]) -> dict[int, str]:
         names = [n for n in names if n not in small]
 
 
-def _thresholds(contract, items, conf, max_fa, max_fr):
+def _thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
     """Thresholds per tier, the trade-off table and notes; rates are counted with ``decide`` under
-    the tiers ``thresholds_for`` picks on the contract as it will be written."""
+    the tiers ``thresholds_for`` picks on the contract as it will be written. ``evidence``: each
+    question's evidence of absence (``decide.absence``); a question without it is never refused,
+    so the refuse threshold is chosen over those with it. Without a target the refuse tier aims at
+    ``decide.refuse.max_false_refusal`` of the answerable questions."""
     notes = []
-    all_ans = [conf[id(it)] for it in items if it.q.answerable]
-    all_unans = [conf[id(it)] for it in items if not it.q.answerable]
+    if max_fa is None and max_fr is None:
+        max_fr = contract.decide.refuse.max_false_refusal
+    ref = lambda its: _refusable([conf[id(it)] for it in its], [evidence[id(it)] for it in its])  # noqa: E731
+    all_ans = ref([it for it in items if it.q.answerable])
+    all_unans = ref([it for it in items if not it.q.answerable])
     table = []
     for t in sorted({round(x / 20, 2) for x in range(21)}):
         fa, fr = _rates(all_ans, all_unans, t)
@@ -604,7 +625,8 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
     def pick(members, name):
         a = [conf[id(it)] for it in members if it.q.answerable]
         u = [conf[id(it)] for it in members if not it.q.answerable]
-        low, fa, fr, met = _pick(a, u, max_fa, max_fr)
+        ans_items, unans_items = [it for it in members if it.q.answerable], [it for it in members if not it.q.answerable]
+        low, fa, fr, met = _pick(ref(ans_items), ref(unans_items), max_fa, max_fr)
         if not met:
             notes.append(f"{name}: the target cannot be met on these questions; the closest threshold is used "
                          f"(false answers {fa:.0%}, false refusals {fr:.0%})")
@@ -616,7 +638,7 @@ def _thresholds(contract, items, conf, max_fa, max_fr):
     tiers = {n: pick([it for it in items if tier[id(it)] == n], n) for n in names}
     default = pick([it for it in items if tier[id(it)] == "default"], "default")
     # rates over every question, each decided under the thresholds the written contract gives it
-    refused = _refused_as_written(contract, items, conf, {"default": default, "tiers": tiers})
+    refused = _refused_as_written(contract, items, conf, {"default": default, "tiers": tiers}, evidence)
     fa = [not refused[id(it)] for it in items if not it.q.answerable]
     fr = [refused[id(it)] for it in items if it.q.answerable]
     overall = {"false_answer": round(float(np.mean(fa)), 4) if fa else 0.0, "answerable": len(fr),
@@ -673,7 +695,14 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, m
     return model, {id(it): round(float(p), 4) for it, p in zip(items, oof)}, report
 
 
-def _refused_as_written(contract, items, conf, thresholds: dict) -> dict[int, bool]:
+def _evidence(contract, items, signals: dict) -> dict[int, str | None]:
+    """Each question's evidence of absence under ``contract.decide.refuse`` (``decide.absence``)."""
+    from ..query.decide import absence
+
+    return {id(it): absence(signals[id(it)], contract.decide.refuse) for it in items}
+
+
+def _refused_as_written(contract, items, conf, thresholds: dict, evidence: dict) -> dict[int, bool]:
     """Whether ``decide`` refuses each question (by ``id``) under the thresholds and tiers
     calibrate will write ({"default": {...}, "tiers": {name: {...}}}), the tier as
     ``thresholds_for`` picks it."""
@@ -684,13 +713,14 @@ def _refused_as_written(contract, items, conf, thresholds: dict) -> dict[int, bo
     written = _with_tiers(contract, {n: as_thresholds(t) for n, t in thresholds["tiers"].items()})
     written = written.model_copy(update={"decide": written.decide.model_copy(
         update={"thresholds": as_thresholds(thresholds["default"])})})
-    return {id(it): decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1]) == "refuse" for it in items}
+    return {id(it): decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1], evidence[id(it)]) == "refuse"
+            for it in items}
 
 
-def _mistakes(contract, items, conf, thresholds: dict, signals: dict) -> dict:
+def _mistakes(contract, items, conf, thresholds: dict, signals: dict, evidence: dict) -> dict:
     """Questions the written thresholds decide wrongly (refused answerable, answered unanswerable),
     on the values they were chosen on (out-of-fold P(answerable) with a model), with their signals."""
-    refused_of = _refused_as_written(contract, items, conf, thresholds)
+    refused_of = _refused_as_written(contract, items, conf, thresholds, evidence)
     out: dict = {"wrongly_refused": [], "wrongly_answered": []}
     for it in items:
         refused = refused_of[id(it)]

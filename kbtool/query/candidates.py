@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .preprocess import Processed
+from .names import Mentioned, where
 from .signals import term_weights
 
 
@@ -37,6 +38,8 @@ class Candidates:
     timings: dict[str, float] = field(default_factory=dict)
     # distinct query term -> (IDF over the permitted chunks, some permitted chunk holds it)
     term_weights: dict[str, tuple[float, bool]] | None = None  # None: no BM25 index to weigh them
+    # the question's named things and the permitted documents mentioning each (query.names); None: no BM25 index
+    names: list[Mentioned] | None = None
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
     rerank_cache: dict = field(default_factory=dict, repr=False)  # (reranker, question, chunk id) -> score (query.rerank)
     vectors: dict = field(default_factory=dict, repr=False)  # chunk id -> cached dense vector (postprocess.diversity)
@@ -156,6 +159,7 @@ class Gatherer:
                                     arr[pos[c]] = float(np.dot(vecs[c], qvecs[name][i]))
                 bound = index.bound(terms, mask, scoped) if index is not None else 0.0
                 weights = term_weights(index, terms, mask) if index is not None else None
+                names = where(self.store, index, p, mask) if index is not None else None
                 timings = {("dense_ms" if n == "dense" else f"{n}_ms"): round(t * 1000, 2)
                            for n, t in t_dense.items() if n in found}
                 timings.setdefault("dense_ms", 0.0)
@@ -164,7 +168,7 @@ class Gatherer:
                     processed=p, ids=ids, scores=scores,
                     ranks={name: {c: r for r, (c, _) in enumerate(lst, start=1)} for name, lst in found.items()},
                     bm25_bound=bound, retrievers=tuple(r for r in retrievers if r in found),
-                    query_terms=terms, timings=timings, term_weights=weights,
+                    query_terms=terms, timings=timings, term_weights=weights, names=names,
                 ))
             if progress:
                 progress(len(batch))

@@ -12,7 +12,10 @@ never depends on ranks, so a threshold on it means the same across questions.
 
 The **decision** compares the thresholds with P(answerable) when the contract has an
 answerability model (``decide.model``: ``answerability`` applies it to the question's signals,
-``kbtool.query.signals``), else with the best hit's confidence.
+``kbtool.query.signals``), else with the best hit's confidence. The tiers have jobs: ``refuse``
+needs positive evidence that the knowledge base lacks the answer (``absence``: a named thing the top
+documents never mention, or nothing near at all); a weak, semantic-only match below the refuse
+threshold is ``low_confidence`` — the agent still gets the context, with the caveat.
 """
 
 from __future__ import annotations
@@ -42,9 +45,26 @@ def answerability(signals: dict[str, float], model) -> float:
     return round(1.0 / (1.0 + math.exp(-z)), 4)
 
 
-def decide(top_confidence: float | None, thresholds) -> str:
-    if top_confidence is None or top_confidence < thresholds.low_confidence:
+def absence(signals: dict[str, float] | None, refuse) -> str | None:
+    """The evidence that the knowledge base lacks what the question asks (``decide.refuse``), or None:
+    'named' (a named thing the top hits' documents never mention), 'far' (nothing near: the best
+    cosine below ``refuse.near``). Without ``needs_evidence`` every question has it ('threshold')."""
+    if not refuse.needs_evidence or signals is None:
+        return "threshold"
+    if signals.get("named_absent_top", 0.0) >= refuse.named:
+        return "named"
+    if signals.get("cosine", 0.0) < refuse.near:
+        return "far"
+    return None
+
+
+def decide(top_confidence: float | None, thresholds, evidence: str | None = "threshold") -> str:
+    """answer / low_confidence / refuse. Below ``low_confidence`` a question is refused only with
+    ``evidence`` of absence (``absence``); without it, it gets the notice, not a refusal."""
+    if top_confidence is None:
         return "refuse"
+    if top_confidence < thresholds.low_confidence:
+        return "refuse" if evidence else "low_confidence"
     if top_confidence < thresholds.answer:
         return "low_confidence"
     return "answer"

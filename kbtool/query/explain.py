@@ -253,7 +253,7 @@ def word_embedder(store, retrievers):
 
 
 def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None,
-             name: str = "confidence") -> dict:
+             name: str = "confidence", absence: str | None = "threshold", gone: list | None = None) -> dict:
     """Why this decision: the value ``decide`` compared with the thresholds, and on a refusal or
     low confidence, the question's terms no permitted chunk holds and the nearest miss, cited.
 
@@ -262,7 +262,9 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
     ``best.confidence`` is that hit's relevance (cosine / BM25 coverage mix). The message calls
     the first ``name`` ("P(answerable)" with a model, else "confidence") and the second
     "relevance"; every number in it is rounded by
-    ``decide.shown`` against the thresholds, as the query table rounds them."""
+    ``decide.shown`` against the thresholds, as the query table rounds them. ``absence`` is the
+    evidence of absence ``decide`` saw (``decide.absence``), ``gone`` the named things the top
+    documents never mention (``names.missing``): a refusal names them."""
     if value is None and best is not None:
         value = best.confidence
     limits = (th.answer, th.low_confidence)
@@ -285,11 +287,29 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
         parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))
     elif decision == "refuse":
         parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}")
+        if absence == "far":
+            parts.append("nothing in the knowledge base is near the question")
+    elif value < th.low_confidence:
+        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}, "
+                     "but nothing the question names is missing and the sources are near it: answered with the "
+                     "notice, the answer may not be in these sources")
     else:
         parts.append(f"{name} {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
                      f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
+    if gone and decision != "answer":
+        out["missing_names"] = [m.to_dict() for m in gone]
+        absent_kb = [m.text for m in gone if not m.in_kb]
+        elsewhere = [m.text for m in gone if m.in_kb]
+        if absent_kb:
+            parts.append(never_mentions(cands.processed.text, absent_kb, filtered=bool(sc.filters)))
+        if elsewhere:
+            parts.append("the top documents never mention " + " or ".join(repr(t) for t in elsewhere[:4])
+                         + " (other documents do)")
     if missing:
-        parts.append(never_mentions(cands.processed.text, missing, filtered=bool(sc.filters)))
+        named = {t for m in gone or () for t in m.tokens}
+        rest = [t for t in missing if t not in named]
+        if rest:
+            parts.append(never_mentions(cands.processed.text, rest, filtered=bool(sc.filters)))
     if best is not None:
         label = "nearest miss" if decision == "refuse" else "best match"
         parts.append(f"{label}: {where} at relevance {shown(best.confidence, limits)}")

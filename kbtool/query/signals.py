@@ -15,6 +15,12 @@ Signals (all numbers, in [0, 1] unless said otherwise):
   (names the knowledge base never mentions; weights: ``term_weights``);
 - ``absent_top``: the weighted share of the question's terms the top hit does not contain (both
   are 1 for a question with no informative term at all: '???', 'the a of');
+- ``named_absent_kb``: the weight of the weightiest of the question's named things
+  (``kbtool.query.names``: an identifier, an option, a capitalised name, a quoted term; weight 1,
+  less for a name made of everyday words) that no permitted chunk mentions;
+- ``named_absent_top``: the same for the documents of the top ``TOP_DOCS`` hits (a library named
+  once elsewhere in the docs is not an answer about it). Both 0 for a question naming nothing: an
+  everyday word the documents lack is no evidence of absence;
 - ``agreement``: the share of the retrievers fused with whose top 5 holds the fused top hit;
 - ``dense_margin``: top-1 minus top-2 cosine of the dense retriever (0 with a single candidate);
 - ``bm25_margin``: top-1 minus top-2 BM25 score of the BM25 retriever, over the coverage bound;
@@ -104,6 +110,17 @@ def _margin(scores: np.ndarray, ranks: dict[str, int], pos: dict[str, int], seco
     return ordered[0] - (ordered[1] if len(ordered) > 1 else 0.0)
 
 
+TOP_DOCS = 3  # named_absent_top: the documents of this many top hits
+
+
+def named_absent(names, docs: set | None) -> float:
+    """The weight of the weightiest named thing absent from ``docs`` (None: from every permitted
+    chunk); 0 when none is. The largest, not a share: 'FastAPI on Vercel' is about Vercel however
+    often the docs say FastAPI."""
+    return max((m.weight for m in names or () if not (m.in_kb if docs is None else m.everywhere or m.docs & docs)),
+               default=0.0)
+
+
 def main_dense(fused_with: dict[str, float]) -> str | None:
     """The dense retriever a question's dense signals read: the one it weighs most (``dense`` on a
     tie), None when it weighs none."""
@@ -133,12 +150,15 @@ def compute(cands, hits, best, tokens_of, fused_with: dict[str, float] | None = 
     cosines = [c for c in cosines if not math.isnan(c)]
     bound = cands.bm25_bound
     types = set(cands.processed.types)
+    top_docs = {h.doc_id for h in hits[:TOP_DOCS]}
     return {
         "relevance": round(best.confidence, 4) if best is not None else 0.0,
         "cosine": round(max(cosines, default=0.0), 4),
         "coverage": round(max((h.bm25_coverage for h in hits if h.bm25_coverage is not None), default=0.0), 4),
         "absent_kb": round(_share(weights, lambda t: not weights[t][1]), 4),
         "absent_top": round(_share(weights, lambda t: t not in top_tokens), 4) if top is not None else 1.0,
+        "named_absent_kb": round(named_absent(cands.names, None), 4),
+        "named_absent_top": round(named_absent(cands.names, top_docs), 4),
         "agreement": round(sum(agree) / len(agree), 4) if agree else 0.0,
         "dense_margin": round(_margin(scores, cands.ranks.get(dense, {}), pos, second_required=True), 4)
         if dense else 0.0,

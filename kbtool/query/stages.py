@@ -18,7 +18,9 @@ from . import signals
 from .answer_types import Hit
 from .candidates import Candidates
 from .context import build_context, citation, url_for
-from .decide import answerability, confidence, decide
+from .decide import absence, answerability, confidence, decide
+from .names import missing
+from .signals import TOP_DOCS
 from .explain import explain_decision
 from .postprocess import NearDuplicates
 from .routing import SIGNALS_OF
@@ -92,6 +94,7 @@ class AnswerState:
     thresholds: Any = None
     signals: dict = field(default_factory=dict)
     decision: str = "refuse"
+    absence: str | None = None  # the evidence of absence decide saw (decide.absence)
     explanation: dict = field(default_factory=dict)
     conflicts: list | None = None
     context: str = ""
@@ -276,21 +279,25 @@ def decision(st: AnswerState) -> None:
     st.tier, st.thresholds = contract.thresholds_for(set(cands.processed.types), set(st.tags))
     # The signals a query of this question sees: without BM25 among what it runs, none of BM25's
     # statistics, however much eval or calibrate gathered.
-    seen = cands if "bm25" in st.ran else replace(cands, term_weights=None, bm25_bound=0.0)
+    seen = cands if "bm25" in st.ran else replace(cands, term_weights=None, names=None, bm25_bound=0.0)
     st.signals = signals.compute(seen, st.decided, st.best, lambda cid: _tokens(st.store, cands, st.rows, cid),
                                  st.weights)
     if contract.retrieve.fusion.method == "bm25":  # BM25 alone: the dense retrievers' signals read 0
         st.signals.update({f: 0.0 for f in SIGNALS_OF["dense"]})  # however the candidates were gathered
     if contract.decide.model is not None:
         st.top = answerability(st.signals, contract.decide.model)
-    st.decision = decide(st.top, st.thresholds)
+    st.absence = absence(st.signals, contract.decide.refuse)
+    st.decision = decide(st.top, st.thresholds, st.absence)
 
 
 def explanation(st: AnswerState) -> None:
     """Why this decision (query.explain); a question the lexicon refuses: no hits, its message."""
     model = st.contract.decide.model
+    top_docs = {h.doc_id for h in st.decided[:TOP_DOCS]}
+    gone = missing(st.cands.names, top_docs, st.contract.decide.refuse.named)
     st.explanation = explain_decision(st.store, st.cands, st.best, st.decision, st.thresholds, st.sc, st.explain,
-                                      value=st.top, name="confidence" if model is None else "P(answerable)")
+                                      value=st.top, name="confidence" if model is None else "P(answerable)",
+                                      absence=st.absence, gone=gone)
     if st.sc.warnings:
         st.explanation["filter_warnings"] = list(st.sc.warnings)
     if st.explanation.get("suggestions") and st.sens.active:  # index terms the rules would hide are not suggested
