@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from kbtool.cli import app
 from kbtool.contract import calibrated_text, default_contract, load_contract
-from kbtool.evaluation.calibrate import _answer_threshold, _pick, calibrate
+from kbtool.evaluation.calibrate import calibrate
+from kbtool.evaluation.thresholds import answer_threshold as _answer_threshold, pick as _pick
 from kbtool.evaluation.questions import load_questions
 from kbtool.ingestion.pipeline import ingest
 from kbtool.store import Store

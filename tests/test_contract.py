@@ -266,9 +266,9 @@ def test_thresholds_for_tier_by_type_or_tag():
     name, t = c.thresholds_for({"identifier"}, {"nope"})
     assert name == "default" and t == c.decide.thresholds
 
-    d = default_contract()
-    name, t = d.thresholds_for({"identifier"})
-    assert name == "identifier" and t == d.decide.tiers["identifier"] and t != d.decide.thresholds
+    d = default_contract()  # no built-in tier: a named thing absent carries identifier questions' refusals
+    assert d.decide.tiers == {}
+    assert d.thresholds_for({"identifier"}) == ("default", d.decide.thresholds)
     assert d.thresholds_for({"other"}) == ("default", d.decide.thresholds)
 
 

@@ -39,7 +39,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -49,16 +49,17 @@ from .compare import best_single as best_single_of, sign_flip_p
 from .metrics import parse_metric, score
 from .provenance import question_set_record, store_fingerprint
 from .questions import DEFAULT_DEPTH
+from .thresholds import TYPED, choose_thresholds, evidence_of, heldout_rates, mistakes_of, pick
+
+if TYPE_CHECKING:
+    from ..contract import CalibrationRecord
 from .units import EvidenceMatcher, level_of, units
 
 RRF_KS = (10, 30, 60, 100)
 WEIGHTS = tuple(round(w / 10, 1) for w in range(11))  # the dense weights of the grid of dense + bm25
 TWO = ("dense", "bm25")
 MAX_GRID = 80  # weight vectors per setting, at most (a coarser step beyond)
-TYPED = ("identifier", "cjk")  # groups that may get a rule (and a tier) of their own, in this order
 GROUPS = (*TYPED, "other")
-MIN_UNANSWERABLE = 5
-MIN_TIER = 5
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,6 @@ def _with_rules(contract, groups) -> "object":
 
     rules = [*contract.retrieve.rules, *(Rule(when=g, weights=_weights(0.5)) for g in groups)]
     return contract.model_copy(update={"retrieve": contract.retrieve.model_copy(update={"rules": rules})})
-
-
-def _with_tiers(contract, tiers: dict):
-    return contract.model_copy(update={"decide": contract.decide.model_copy(update={"tiers": tiers})})
 
 
 def as_calibration(adopted: bool, proposed: dict, thresholds: dict | None = None, model: dict | None = None,
@@ -448,16 +445,16 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     notes += answerability.pop("notes")
     if model is not None:
         final = final.model_copy(update={"decide": final.decide.model_copy(update={"model": model})})
-    evidence = _evidence(final, items, answerability["signals"])
-    thresholds, table, tnotes = _thresholds(final, items, conf, max_false_answer, max_false_refusal, evidence)
+    evidence = evidence_of(final, items, answerability["signals"])
+    thresholds, table, tnotes = choose_thresholds(final, items, conf, max_false_answer, max_false_refusal, evidence)
     notes += tnotes
     held = answerability.pop("refused", None)
     if model is not None and thresholds and held is not None:
         y_held, refused_held = held
         refused_held = refused_held & np.array([evidence[id(it)] is not None for it in items])
-        answerability["heldout_thresholds"] = _heldout_rates(y_held, refused_held)
+        answerability["heldout_thresholds"] = heldout_rates(y_held, refused_held)
     if thresholds:
-        answerability["mistakes"] = _mistakes(final, items, conf, thresholds, answerability.pop("signals"), evidence)
+        answerability["mistakes"] = mistakes_of(final, items, conf, thresholds, answerability.pop("signals"), evidence)
     else:
         answerability.pop("signals")
     final_cfg = Config(proposed["method"], proposed["normalization"], proposed["rrf_k"])
@@ -519,135 +516,6 @@ def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10
     return sign_flip_p(d, signs)
 
 
-def _rates(ans, unans, t: float) -> tuple[float, float]:
-    """(false answer rate: unanswerable not refused, false refusal rate: answerable refused) when
-    the pipeline's ``decide`` refuses below ``t``. A value of ``UNREFUSABLE`` is a question without
-    evidence of absence (``decide.absence``), which no threshold refuses."""
-    from ..contract import Thresholds
-    from ..query.decide import decide
-
-    th = Thresholds(answer=1.0, low_confidence=t)
-    refused = lambda c: c != UNREFUSABLE and decide(c, th) == "refuse"  # noqa: E731
-    fa = float(np.mean([not refused(c) for c in unans])) if len(unans) else 0.0
-    fr = float(np.mean([refused(c) for c in ans])) if len(ans) else 0.0
-    return fa, fr
-
-
-UNREFUSABLE = float("inf")  # _pick's value for a question decide never refuses (no evidence of absence)
-
-
-def _refusable(values, evidence) -> list:
-    """Values as the refuse tier sees them: ``UNREFUSABLE`` where there is no evidence of absence."""
-    return [c if e else UNREFUSABLE for c, e in zip(values, evidence)]
-
-
-def _pick(ans, unans, max_fa, max_fr) -> tuple[float, float, float, bool]:
-    """(refuse-below threshold, false answer rate, false refusal rate, target met); ``ans`` and
-    ``unans`` are top confidences (None: nothing retrieved)."""
-    cands = sorted({0.0, *(round(float(c), 4) for c in (*ans, *unans) if c is not None and c != UNREFUSABLE), 1.0})
-    # a threshold just above each observed value separates it; use midpoints between neighbours
-    points = [round((a + b) / 2, 4) for a, b in zip(cands, cands[1:])] or [0.5]
-    scored = []
-    for t in points:
-        fa, fr = _rates(ans, unans, t)
-        scored.append((t, fa, fr))
-    if max_fa is not None:
-        ok = [s for s in scored if s[1] <= max_fa]
-        return (*min(ok, key=lambda s: (s[2], s[0])), True) if ok else (*max(scored, key=lambda s: s[0]), False)
-    if max_fr is not None:
-        ok = [s for s in scored if s[2] <= max_fr]
-        return (*min(ok, key=lambda s: (s[1], -s[0])), True) if ok else (*min(scored, key=lambda s: s[0]), False)
-    # balanced accuracy = ((1 - fa) + (1 - fr)) / 2; ties: the lower threshold (fewer refusals)
-    return (*max(scored, key=lambda s: ((1 - s[1]) + (1 - s[2]), -s[0])), True)
-
-
-def _answer_threshold(low: float, ans, unans, share: float = 0.05) -> float:
-    """The lowest threshold at or above ``low`` at which at most ``share`` of the questions answered
-    without the notice (at or above it) are unanswerable: an answer given plainly is wrong at most
-    that often, at the question set's mix. None values (nothing retrieved) are never answered."""
-    ans = [float(c) for c in ans if c is not None]
-    unans = [float(c) for c in unans if c is not None]
-    if not unans:
-        return round(low, 4)
-    for t in sorted({low, *(c for c in (*ans, *unans) if c >= low)}):
-        a = sum(1 for c in ans if c >= t)
-        u = sum(1 for c in unans if c >= t)
-        if a + u and u <= share * (a + u) + 1e-12:
-            return round(t, 4)
-    return round(min(1.0, max(low, max(unans) + 1e-4)), 4)
-
-
-def _tiers(contract, items, notes: list[str]) -> dict[int, str]:
-    """Each question's tier, as ``thresholds_for`` picks it on a contract whose tiers are the typed
-    groups with at least MIN_TIER answerable and unanswerable questions (what will be written)."""
-    from ..contract import Thresholds
-
-    names = list(TYPED)
-    while True:
-        probe = _with_tiers(contract, {n: Thresholds() for n in names})
-        tier = {id(it): probe.thresholds_for(it.types, it.tags)[0] for it in items}
-        small = []
-        for n in names:
-            a = sum(1 for it in items if tier[id(it)] == n and it.q.answerable)
-            u = sum(1 for it in items if tier[id(it)] == n and not it.q.answerable)
-            if a < MIN_TIER or u < MIN_TIER:
-                small.append(n)
-                if a or u:
-                    notes.append(f"{n}: {a} answerable / {u} unanswerable question(s): fewer than {MIN_TIER} of "
-                                 "each, so no tier of its own (the default thresholds apply)")
-        if not small:
-            return tier
-        names = [n for n in names if n not in small]
-
-
-def _thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
-    """Thresholds per tier, the trade-off table and notes; rates are counted with ``decide`` under
-    the tiers ``thresholds_for`` picks on the contract as it will be written. ``evidence``: each
-    question's evidence of absence (``decide.absence``); a question without it is never refused,
-    so the refuse threshold is chosen over those with it. Without a target the refuse tier aims at
-    ``decide.refuse.max_false_refusal`` of the answerable questions."""
-    notes = []
-    if max_fa is None and max_fr is None:
-        max_fr = contract.decide.refuse.max_false_refusal
-    ref = lambda its: _refusable([conf[id(it)] for it in its], [evidence[id(it)] for it in its])  # noqa: E731
-    all_ans = ref([it for it in items if it.q.answerable])
-    all_unans = ref([it for it in items if not it.q.answerable])
-    table = []
-    for t in sorted({round(x / 20, 2) for x in range(21)}):
-        fa, fr = _rates(all_ans, all_unans, t)
-        table.append({"threshold": t, "false_answer": round(fa, 4), "false_refusal": round(fr, 4)})
-    if len(all_unans) < MIN_UNANSWERABLE:
-        notes.append(f"{len(all_unans)} unanswerable question(s), fewer than {MIN_UNANSWERABLE}: no refusal threshold is "
-                     "proposed. Add questions the knowledge base cannot answer, with \"relevant\": [], e.g. "
-                     '{"id": "u1", "question": "How do I pay with PayPal?", "relevant": []}')
-        return None, table, notes
-
-    def pick(members, name):
-        a = [conf[id(it)] for it in members if it.q.answerable]
-        u = [conf[id(it)] for it in members if not it.q.answerable]
-        ans_items, unans_items = [it for it in members if it.q.answerable], [it for it in members if not it.q.answerable]
-        low, fa, fr, met = _pick(ref(ans_items), ref(unans_items), max_fa, max_fr)
-        if not met:
-            notes.append(f"{name}: the target cannot be met on these questions; the closest threshold is used "
-                         f"(false answers {fa:.0%}, false refusals {fr:.0%})")
-        return {"answer": _answer_threshold(low, a, u), "low_confidence": round(low, 4), "false_answer": round(fa, 4),
-                "false_refusal": round(fr, 4), "answerable": len(a), "unanswerable": len(u)}
-
-    tier = _tiers(contract, items, notes)
-    names = [n for n in TYPED if n in tier.values()]
-    tiers = {n: pick([it for it in items if tier[id(it)] == n], n) for n in names}
-    default = pick([it for it in items if tier[id(it)] == "default"], "default")
-    # rates over every question, each decided under the thresholds the written contract gives it
-    refused = _refused_as_written(contract, items, conf, {"default": default, "tiers": tiers}, evidence)
-    fa = [not refused[id(it)] for it in items if not it.q.answerable]
-    fr = [refused[id(it)] for it in items if it.q.answerable]
-    overall = {"false_answer": round(float(np.mean(fa)), 4) if fa else 0.0, "answerable": len(fr),
-               "false_refusal": round(float(np.mean(fr)), 4) if fr else 0.0, "unanswerable": len(fa)}
-    notes.append("threshold rates are measured on the questions the thresholds were chosen on (with a model: on "
-                 "out-of-fold probabilities; answerability.heldout_thresholds also holds out the threshold choice)")
-    return {"default": default, "tiers": tiers, "overall": overall}, table, notes
-
-
 def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, max_fa=None, max_fr=None):
     """(model or None, each question's P(answerable) out of fold or its confidence, report).
 
@@ -679,8 +547,8 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, m
         conf = {id(it): (it.answer(contract) if keep else a).confidence for it, a in zip(items, answers)}
         return None, conf, report
     cols = [FEATURES.index(f) for f in am.MODEL_FEATURES]
-    pick = lambda a, u: _pick(a.tolist(), u.tolist(), max_fa, max_fr)[0]  # noqa: E731 (as the written threshold)
-    fitted, oof, refused = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed, pick=pick)
+    chosen = lambda a, u: pick(a.tolist(), u.tolist(), max_fa, max_fr)[0]  # noqa: E731 (as the written threshold)
+    fitted, oof, refused = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed, pick=chosen)
     report["refused"] = (y, refused)
     report["fitted"] = True
     report["decided_by"] = "P(answerable)"
@@ -695,59 +563,8 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, m
     return model, {id(it): round(float(p), 4) for it, p in zip(items, oof)}, report
 
 
-def _evidence(contract, items, signals: dict) -> dict[int, str | None]:
-    """Each question's evidence of absence under ``contract.decide.refuse`` (``decide.absence``)."""
-    from ..query.decide import absence
-
-    return {id(it): absence(signals[id(it)], contract.decide.refuse) for it in items}
-
-
-def _refused_as_written(contract, items, conf, thresholds: dict, evidence: dict) -> dict[int, bool]:
-    """Whether ``decide`` refuses each question (by ``id``) under the thresholds and tiers
-    calibrate will write ({"default": {...}, "tiers": {name: {...}}}), the tier as
-    ``thresholds_for`` picks it."""
-    from ..contract import Thresholds
-    from ..query.decide import decide
-
-    as_thresholds = lambda t: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"])  # noqa: E731
-    written = _with_tiers(contract, {n: as_thresholds(t) for n, t in thresholds["tiers"].items()})
-    written = written.model_copy(update={"decide": written.decide.model_copy(
-        update={"thresholds": as_thresholds(thresholds["default"])})})
-    return {id(it): decide(conf[id(it)], written.thresholds_for(it.types, it.tags)[1], evidence[id(it)]) == "refuse"
-            for it in items}
-
-
-def _mistakes(contract, items, conf, thresholds: dict, signals: dict, evidence: dict) -> dict:
-    """Questions the written thresholds decide wrongly (refused answerable, answered unanswerable),
-    on the values they were chosen on (out-of-fold P(answerable) with a model), with their signals."""
-    refused_of = _refused_as_written(contract, items, conf, thresholds, evidence)
-    out: dict = {"wrongly_refused": [], "wrongly_answered": []}
-    for it in items:
-        refused = refused_of[id(it)]
-        if refused == it.q.answerable:
-            kind = "wrongly_refused" if refused else "wrongly_answered"
-            out[kind].append({"id": it.q.id, "question": it.q.question, "value": conf[id(it)],
-                              "signals": signals[id(it)]})
-    return out
-
-
 def _round(x):
     return None if x is None else round(float(x), 4)
-
-
-def _heldout_rates(y: np.ndarray, refused: np.ndarray) -> dict:
-    """Refusal rates when the refuse threshold, too, is chosen without the question it decides
-    (``answerability.fit`` with ``pick``: one threshold per outer fold for every question), with
-    95 % Wilson intervals."""
-    from . import answerability as am
-
-    un, ans = refused[y == 0], refused[y == 1]
-    return {"correctly_refused": int(un.sum()), "unanswerable": int(len(un)),
-            "refusal_rate": round(float(un.mean()), 4) if len(un) else None,
-            "refusal_interval": am.wilson(int(un.sum()), int(len(un))),
-            "wrongly_refused": int(ans.sum()), "answerable": int(len(ans)),
-            "false_refusal": round(float(ans.mean()), 4) if len(ans) else None,
-            "false_refusal_interval": am.wilson(int(ans.sum()), int(len(ans)))}
 
 
 def _appendix(result: CalibrationResult, store, qs, source: str, fingerprint: dict):
