@@ -293,5 +293,7 @@ def test_a_two_character_chinese_word_the_knowledge_base_lacks_is_named(sample_s
     from kbtool.query.pipeline import retrieve
 
     ans = retrieve(sample_store, contract(), "Tidewater Sync 有安卓或苹果手机客户端吗？", embedder=embedder)
-    assert ans.decision == "refuse" and "苹果" in ans.explanation["missing_terms"]
+    # not refused since 2026-12-04: 苹果 (Apple) is an everyday word, not a name jieba's dictionary
+    # tags, so nothing says the knowledge base lacks it; still never answered plainly, and named
+    assert ans.decision in ("refuse", "low_confidence") and "苹果" in ans.explanation["missing_terms"]
     assert "never mentions" in ans.explanation["message"] and "苹果" in ans.explanation["message"]

@@ -169,12 +169,17 @@ def test_confidence_is_in_unit_range_and_tiers_decide(kb, embedder):
     """Thresholds and tiers on the best hit's confidence (a contract without an answerability model)."""
     q = "What does error ZETA-4410 mean?"
     contract = lambda *sets: contract_of("decide.model=null", *sets)  # noqa: E731
-    ans = retrieve(kb, contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}"), q, embedder=embedder)
+    tiered = "decide.tiers={identifier: {answer: 0.2, low_confidence: 0.1}}"
+    ans = retrieve(kb, contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}", tiered), q, embedder=embedder)
     assert all(0 <= h.confidence <= 1 for h in ans.hits)
-    assert ans.tier == "identifier"  # the built-in identifier tier, not the strict default thresholds
+    assert ans.tier == "identifier" and ans.decision == "answer"  # the tier, not the strict default thresholds
     strict = contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}", "decide.tiers={}")
-    refused = retrieve(kb, strict, q, embedder=embedder)
-    assert refused.tier == "default" and refused.decision == "refuse"
+    weak = retrieve(kb, strict, q, embedder=embedder)
+    # below the refuse threshold, but ZETA-4410 is in the knowledge base: no evidence of absence
+    assert weak.tier == "default" and weak.decision == "low_confidence"
+    refused = retrieve(kb, contract("decide.thresholds={answer: 0.99, low_confidence: 0.98}", "decide.tiers={}",
+                                    "decide.refuse.needs_evidence=false"), q, embedder=embedder)
+    assert refused.decision == "refuse"
     assert refused.context == default_contract().context.refusal
     tagged = retrieve(kb, contract("decide.tiers={urgent: {answer: 0.0, low_confidence: 0.0}}"),
                       "nightly cleanup", embedder=embedder, tags=["urgent"])
@@ -257,24 +262,27 @@ def test_default_contract_beats_single_retrievers_and_refuses_most_unanswerable(
     # identifier questions: the per-type rule does at least as well as plain RRF
     assert report.mean("contract", "mrr@10", "exact-id") >= report.mean("hybrid", "mrr@10", "exact-id")
     r = report.refusal()["contract"]
-    # The built-in answerability model was fitted on q001-q116 (in-sample, 2026-12-01): 25 of 32
-    # unanswerable refused — 13 of the first 14, all 6 off-topic ones (q111-q116) — and 18 of 84
-    # answerable wrongly refused (the confidence rule it replaced: 10 of 26 and 23 of 84).
-    # With the Chinese pages and q117-q149 (out-of-sample, 2026-12-01): 27 of 34 unanswerable
-    # refused (both new ones), 19 of the first 84 answerable wrongly refused, and of the 31 new
-    # answerable Chinese questions 1 of 14 zh-literal and all 17 zh-paraphrase: the English-only
-    # dense model cannot read them and BM25 finds no shared words, which a multilingual dense
-    # index is for; they are left out of the bound below until then (37 of 115 in all).
-    # q150-q160 (2026-12-02, the conflict / long-section / near-duplicates questions): 11 answerable,
-    # 1 refused (q153, the 64 MB part size: 39 of 126 in all).
+    # The built-in model (2026-12-04) is fitted on this set and fastapi-docs (in-sample here; the
+    # out-of-set numbers are in bench/ANSWERABILITY.md), and the refuse tier refuses only on
+    # evidence of absence (decide.refuse): of the first 14 unanswerable questions the 8 that name
+    # something the corpus never mentions (TW-E8123, Slack, Platinum, GraphQL, 3.6.0, WebDAV,
+    # PayPal, sync.max_parallel_uploads) are refused; near misses in the corpus's own words (a share
+    # link password's length, two-factor authentication) get the notice, not a refusal. Before
+    # (the confidence-only tiers): 13 of those 14 refused, and 39 of 126 answerable questions.
     unans = [q for q in report.results if not q.question.answerable and q.question.id <= "q098"]
-    assert len(unans) == 14 and sum(q.modes["contract"].refused for q in unans) >= 0.8 * len(unans)
+    named = [q for q in unans if q.modes["contract"].signals["named_absent_top"] >= 0.5]
+    assert len(unans) == 14 and len(named) == 8 and all(q.modes["contract"].refused for q in named)
+    assert all(q.modes["contract"].decision != "refuse" for q in unans if q not in named
+               and q.modes["contract"].signals["cosine"] >= 0.2)  # refused only with evidence
     off = [q for q in report.results if "off-topic" in q.question.tags]
-    assert len(off) == 6 and all(q.modes["contract"].refused for q in off)
-    assert r["unanswerable"] == 34 and r["correctly_refused"] >= 0.7 * r["unanswerable"]
-    assert r["answerable"] == 126
-    answerable = [q for q in report.results if q.question.answerable and "zh-paraphrase" not in q.question.tags]
-    assert len(answerable) == 109 and sum(q.modes["contract"].refused for q in answerable) <= 0.25 * len(answerable)
+    english = [q for q in off if "zh" not in q.question.tags]
+    assert len(off) == 6 and all(q.modes["contract"].refused for q in english)
+    # '明天北京的天气怎么样？' (q116): 北京 is an everyday word in Chinese (no weight as a name), and an
+    # English-only model's cosines say little about Chinese text (the Chinese issue): not answered plainly
+    assert all(q.modes["contract"].decision != "answer" for q in off)
+    assert r["unanswerable"] == 34 and r["correctly_refused"] >= 20
+    assert r["answerable"] == 126 and r["wrongly_refused"] <= 0.05 * r["answerable"]  # was 39 of 126
+    answerable = [q for q in report.results if q.question.answerable]
     literal = [q for q in answerable if "zh-literal" in q.question.tags]
     assert len(literal) == 14 and sum(q.modes["contract"].refused for q in literal) <= 0.25 * len(literal)
 

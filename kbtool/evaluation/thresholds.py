@@ -35,7 +35,7 @@ def rates(ans, unans, t: float) -> tuple[float, float]:
     return fa, fr
 
 
-UNREFUSABLE = float("inf")  # _pick's value for a question decide never refuses (no evidence of absence)
+UNREFUSABLE = float("inf")  # pick's value for a question decide never refuses (no evidence of absence)
 
 
 def refusable(values, evidence) -> list:
@@ -124,7 +124,7 @@ def choose_thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
                      '{"id": "u1", "question": "How do I pay with PayPal?", "relevant": []}')
         return None, table, notes
 
-    def pick(members, name):
+    def tier_thresholds(members, name):
         a = [conf[id(it)] for it in members if it.q.answerable]
         u = [conf[id(it)] for it in members if not it.q.answerable]
         ans_items, unans_items = [it for it in members if it.q.answerable], [it for it in members if not it.q.answerable]
@@ -137,8 +137,8 @@ def choose_thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
 
     tier = tiers_of(contract, items, notes)
     names = [n for n in TYPED if n in tier.values()]
-    tiers = {n: pick([it for it in items if tier[id(it)] == n], n) for n in names}
-    default = pick([it for it in items if tier[id(it)] == "default"], "default")
+    tiers = {n: tier_thresholds([it for it in items if tier[id(it)] == n], n) for n in names}
+    default = tier_thresholds([it for it in items if tier[id(it)] == "default"], "default")
     # rates over every question, each decided under the thresholds the written contract gives it
     refused = refused_as_written(contract, items, conf, {"default": default, "tiers": tiers}, evidence)
     fa = [not refused[id(it)] for it in items if not it.q.answerable]

@@ -48,13 +48,15 @@ def answerability(signals: dict[str, float], model) -> float:
 def absence(signals: dict[str, float] | None, refuse) -> str | None:
     """The evidence that the knowledge base lacks what the question asks (``decide.refuse``), or None:
     'named' (a named thing the top hits' documents never mention), 'far' (nothing near: the best
-    cosine below ``refuse.near``). Without ``needs_evidence`` every question has it ('threshold')."""
+    cosine below ``refuse.near``), 'empty' (no term any chunk could hold: '???', 'the a of'). Without ``needs_evidence`` every question has it ('threshold')."""
     if not refuse.needs_evidence or signals is None:
         return "threshold"
     if signals.get("named_absent_top", 0.0) >= refuse.named:
         return "named"
     if signals.get("cosine", 0.0) < refuse.near:
         return "far"
+    if signals.get("terms", 1.0) == 0 and signals.get("absent_kb", 0.0) >= 1:
+        return "empty"  # no term a chunk could hold ('???', 'the a of')
     return None
 
 

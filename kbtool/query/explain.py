@@ -306,12 +306,14 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
             parts.append("the top documents never mention " + " or ".join(repr(t) for t in elsewhere[:4])
                          + " (other documents do)")
     if missing:
-        named = {t for m in gone or () for t in m.tokens}
-        rest = [t for t in missing if t not in named]
+        named = {t.lower() for m in gone or () for t in (*m.tokens, m.text)}
+        rest = [t for t in missing if t.lower() not in named]
         if rest:
             parts.append(never_mentions(cands.processed.text, rest, filtered=bool(sc.filters)))
     if best is not None:
         label = "nearest miss" if decision == "refuse" else "best match"
-        parts.append(f"{label}: {where} at relevance {shown(best.confidence, limits)}")
+        # the hit of highest relevance, which fusion may rank below others: say where it stands
+        ranked = "" if best.rank == 1 else f" (#{best.rank} in the ranking, the highest relevance)"
+        parts.append(f"{label}: {where}{ranked} at relevance {shown(best.confidence, limits)}")
     out["message"] = "; ".join(parts)
     return out

@@ -33,6 +33,7 @@ from .signals import zipf
 
 _OPTION = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*(?:=[^\s,;?]+)?|\b[A-Za-z_][\w.]*=[^\s,;?]+")
 _WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_+#]*(?:[.'’-][A-Za-z0-9_+#]+)*")
+_POSSESSIVE = re.compile(r"['’]s$")
 _SENTENCE_END = re.compile(r"[.!?:;]\s*$|^\s*$|[\"'“(\[]\s*$")
 _LATIN_IN_CJK = re.compile(r"[A-Za-z][A-Za-z0-9+#._-]*")
 # Capitalised words that are grammar, not names, wherever they stand.
@@ -72,8 +73,10 @@ def named_things(text: str) -> list[Named]:
                     m.start(), m.end()) for m in _OPTION.finditer(text)
               if not m.group(0).startswith("-") or not m.group(0)[1:].isdigit()]
     found += _capitalised(text)
-    found += [Named(m.group(0), "rare", m.start(), m.end()) for m in _WORD.finditer(text)
-              if m.group(0).islower() and len(m.group(0)) >= 4 and zipf(m.group(0)) < RARE_ZIPF]
+    for m in _WORD.finditer(text):
+        word = _POSSESSIVE.sub("", m.group(0))  # "notebook's" is the word 'notebook'
+        if word.islower() and len(word) >= 4 and zipf(word) < RARE_ZIPF:
+            found.append(Named(word, "rare", m.start(), m.start() + len(word)))
     if CJK.search(text):
         found += [Named(m.group(0), "latin", m.start(), m.end()) for m in _LATIN_IN_CJK.finditer(text)
                   if len(m.group(0)) > 1]
@@ -182,6 +185,8 @@ def where(store, index, processed, mask: np.ndarray | None) -> list[Mentioned]:
         tokens = key_tokens(store.analyzer, n.text)
         if not tokens:
             continue
+        if n.kind == "rare" and len(tokens) == 1 and not index.knows(tokens[0]):
+            tokens = _known_variant(index, tokens[0]) or tokens  # 'paginated' where the docs say 'pagination'
         rows, everywhere = None, True
         for t in tokens:
             if not index.knows(t):
@@ -200,6 +205,19 @@ def where(store, index, processed, mask: np.ndarray | None) -> list[Mentioned]:
         docs = frozenset(docs_of[rows].tolist()) if len(rows) else frozenset()
         out.append(Mentioned(n.text, n.kind, tokens, docs, False, weight(n.kind, tokens)))
     return out
+
+
+_SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ed", "es", "s", "e", "")
+
+
+def _known_variant(index, word: str) -> tuple[str, ...] | None:
+    """Another inflection of a rare word that the index knows ('paginated' -> 'pagination'): a rare
+    word is a name only when no form of it is in the knowledge base."""
+    stem = next((word[: -len(x)] for x in _SUFFIXES if x and word.endswith(x) and len(word) - len(x) >= 4), word)
+    for x in _SUFFIXES:
+        if stem + x != word and index.knows(stem + x):
+            return (stem + x,)
+    return None
 
 
 def processed_names(processed) -> list[Named]:
