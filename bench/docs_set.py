@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/docs_set.py                      # -> bench/out/fastapi-docs
     .venv/bin/python bench/docs_set.py --target /tmp/fastapi-docs
+    .venv/bin/python bench/docs_set.py --set typer --target /tmp/typer-docs
     .venv/bin/python bench/docs_set.py --list               # the known sets
 
 The set used by ``eval_sets/fastapi-docs.jsonl`` is FastAPI 0.110.0's English documentation
@@ -20,6 +21,11 @@ A target folder holding anything else is refused rather than overwritten (``--fo
 Notes on this set: FastAPI's docs pull their code examples from ``docs_src/`` with the MkDocs
 markdown-include syntax ``{!../../../docs_src/...!}``. The docs folder alone is what a reader
 of the Markdown sees; those include lines stay in the text as written.
+
+The set used by ``eval_sets/typer-docs.jsonl`` (``--set typer``) is Typer 0.9.0's documentation
+(``docs/*.md`` inside the sdist: 61 Markdown pages, MIT licence; the sdists of later Typer
+releases carry no docs). Its code examples are pulled in from ``docs_src/`` the same way
+(``{!../docs_src/...!}``), and stay as written.
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ SETS = {
         "suffixes": (".md",),
         "licence": "MIT (LICENSE in the sdist: Copyright (c) 2018 Sebastián Ramírez)",
         "files": 136,
+    },
+    "typer": {
+        "package": "typer",
+        "version": "0.9.0",
+        "archive": "typer-0.9.0.tar.gz",
+        "sha256": "50922fd79aea2f4751a8e0408ff10d2662bd0c8bbfa84755a699f3bada2978b2",
+        "docs_dir": "typer-0.9.0/docs",
+        "suffixes": (".md",),
+        "licence": "MIT (LICENSE in the sdist: Copyright (c) 2019 Sebastián Ramírez)",
+        "files": 61,
     },
 }
 MARKER = ".docs_set.json"
@@ -131,6 +147,7 @@ def fetch(name: str, target: Path, cache: Path, force: bool = False) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name", nargs="?", default="fastapi", choices=sorted(SETS))
+    ap.add_argument("--set", dest="set_name", choices=sorted(SETS), help="the set to fetch (same as NAME; default fastapi)")
     ap.add_argument("--target", type=Path, help="folder to extract into (default bench/out/<name>-docs)")
     ap.add_argument("--cache", type=Path, default=HERE / "out" / ".sdist", help="where the sdist is kept")
     ap.add_argument("--force", action="store_true", help="replace a target folder this script did not write")
@@ -140,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, spec in SETS.items():
             print(f"{name}: {spec['package']}=={spec['version']} {spec['docs_dir']} sha256={spec['sha256']} ({spec['licence']})")
         return 0
-    target = args.target or HERE / "out" / f"{args.name}-docs"
-    print(fetch(args.name, target, args.cache, args.force))
+    name = args.set_name or args.name
+    target = args.target or HERE / "out" / f"{name}-docs"
+    print(fetch(name, target, args.cache, args.force))
     return 0
 
 

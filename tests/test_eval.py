@@ -33,6 +33,21 @@ def test_sample_set_is_well_formed_and_big_enough():
     assert sum(not q.answerable for q in qs.questions) >= 10
 
 
+def test_typer_docs_set_is_well_formed_and_meets_its_counts():
+    """eval_sets/typer-docs.jsonl, the held-out set over Typer 0.9.0's docs (bench/docs_set.py --set typer)."""
+    qs = load_questions(ROOT / "eval_sets" / "typer-docs.jsonl")
+    assert not qs.issues and len(qs.questions) >= 70
+    assert all(q.id.startswith("t") for q in qs.questions)
+    unanswerable = [q for q in qs.questions if not q.answerable]
+    assert len(unanswerable) >= 18 and all("unanswerable" in q.tags for q in unanswerable)
+    assert sum("near-miss" in q.tags for q in unanswerable) >= 5
+    answerable = [q for q in qs.questions if q.answerable]
+    assert sum("paraphrase" in q.tags for q in answerable) >= 16
+    assert sum("exact-id" in q.tags for q in answerable) >= 20
+    for q in answerable:
+        assert q.relevant and all(r.evidence and not r.doc.startswith("/") and "\\" not in r.doc for r in q.relevant)
+
+
 @pytest.mark.parametrize("lines,message,line", [
     (['{"id": "a", "question": "ok", "relevant": []}', '{"id": "b", "question": '], "not valid JSON", 2),
     (['{"id": "a", "question": "ok"}', '{"id": "a", "question": "again"}'], "duplicate id", 2),
