@@ -113,7 +113,7 @@ def test_calibrate_refusal_rates_are_what_eval_measures_on_the_written_contract(
     overall = r.thresholds["overall"]
     refusal = r.verification["refusal"]
     assert overall["false_answer"] * overall["unanswerable"] == pytest.approx(
-        refusal["unanswerable"] - refusal["correctly_refused"])
+        refusal["unanswerable"] - refusal["correctly_refused"], abs=0.01)  # rates are rounded to 4 places
     assert overall["false_refusal"] * overall["answerable"] == pytest.approx(refusal["wrongly_refused"], abs=0.01)
     # the in-sample score of the current contract is eval's
     assert r.heldout["current"] == pytest.approx(r.verification["metrics"]["ndcg@10"], abs=1e-4) or r.adopted

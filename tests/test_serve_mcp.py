@@ -187,7 +187,7 @@ def test_stdio_session(sample_store, service, http_server, tmp_path):
     assert "filetype" in schema["properties"]["filters"]["description"]
     top_k = next(s for s in schema["properties"]["top_k"]["anyOf"] if s.get("type") == "integer")
     assert (top_k["minimum"], top_k["maximum"]) == (1, service.max_top_k)
-    assert "identifier" in json.dumps(schema["properties"]["tags"])  # the built-in contract's tier
+    assert "tags" not in schema["properties"]  # the built-in contract has no tier a tag could select
     for tool in got["tools"].values():
         assert not {"principal", "allow", "caller"} & set(tool.input_schema["properties"])
 
@@ -388,3 +388,11 @@ def test_mcp_http_port_0_names_the_real_port_and_sigterm_exits_0(kb, tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     assert proc.stdout.read() == b""
+
+
+def test_a_contract_with_tiers_offers_them_as_tags():
+    from kbtool.serve.mcp import _search_signature
+
+    with_tiers = _search_signature("filetype", ["identifier", "urgent"], 10)
+    assert "tags" in with_tiers.parameters and "urgent" in str(with_tiers.parameters["tags"].annotation)
+    assert "tags" not in _search_signature("filetype", [], 10).parameters
