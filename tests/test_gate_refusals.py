@@ -70,7 +70,8 @@ def test_json_lists_decisions_signals_and_mistakes():
     data = _report().to_dict()
     assert data["refusal"]["contract"] == {"threshold": None, "unanswerable": 4, "correctly_refused": 2,
                                            "answerable": 4, "wrongly_refused": 1, "false_refusal": 0.25,
-                                           "false_answer": 0.5, "correct_refusal": 0.5}
+                                           "false_answer": 0.5, "correct_refusal": 0.5,
+                                           "answerable_hedged": 1, "unanswerable_hedged": 1}  # a2, u4
     assert data["by_tag"]["y"]["refusal"]["contract"]["false_refusal"] == 0.5
     q = {p["id"]: p["modes"]["contract"] for p in data["per_question"]}
     assert q["a2"]["decision"] == "low_confidence" and not q["a2"]["refused"]

@@ -108,13 +108,14 @@ def _refusals(data: dict, console) -> None:
     if qs["unanswerable"] or data["refusal"]:
         refusal = Table(title="Refusals (unanswerable questions)", title_justify="left")
         for col in ("mode", "threshold", "correctly refused", "wrongly refused (answerable)", "correct_refusal",
-                    "false_refusal"):
+                    "false_refusal", "low confidence (unanswerable / answerable)"):
             refusal.add_column(col, justify="right" if col != "mode" else "left")
         for m, r in data["refusal"].items():
             refusal.add_row(escape(m), "contract" if r["threshold"] is None else f"{r['threshold']:g}",
                             f"{r['correctly_refused']} / {r['unanswerable']}",
                             f"{r['wrongly_refused']} / {r['answerable']}", _f(r["correct_refusal"]),
-                            _f(r["false_refusal"]))
+                            _f(r["false_refusal"]),
+                            f"{r.get('unanswerable_hedged', 0)} / {r.get('answerable_hedged', 0)}")
         console.print(refusal)
         for m, mis in data["mistakes"].items():
             parts = [f"{label}: {_ids([x['id'] for x in mis[key]])}"

@@ -169,6 +169,9 @@ class EvalReport:
             "correctly_refused": sum(r.modes[mode].refused for r in unans),
             "answerable": len(ans),
             "wrongly_refused": sum(r.modes[mode].refused for r in ans),
+            # the low-confidence tier: answered with the notice (the agent gets the context and the caveat)
+            "unanswerable_hedged": sum(r.modes[mode].decision == "low_confidence" for r in unans),
+            "answerable_hedged": sum(r.modes[mode].decision == "low_confidence" for r in ans),
         }
 
     def refusal(self) -> dict[str, dict]:

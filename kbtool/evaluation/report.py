@@ -76,9 +76,10 @@ def render_html(data: dict) -> str:
         tag_rows.append(row)
     tags = _table(["tag", "n (answerable)", *[f"{m} {n}" for m in modes for n in headline]], tag_rows)
     refusal = _table(["mode", "threshold", "unanswerable", "correctly refused", "answerable", "wrongly refused",
-                      "correct_refusal", "false_refusal"],
+                      "correct_refusal", "false_refusal", "low confidence: unanswerable", "low confidence: answerable"],
                      [[m, "contract" if r["threshold"] is None else r["threshold"], r["unanswerable"], r["correctly_refused"], r["answerable"],
-                       r["wrongly_refused"], r.get("correct_refusal"), r.get("false_refusal")]
+                       r["wrongly_refused"], r.get("correct_refusal"), r.get("false_refusal"),
+                       r.get("unanswerable_hedged"), r.get("answerable_hedged")]
                       for m, r in data["refusal"].items()])
     mistakes = _mistakes(data.get("mistakes") or {})
     deltas = ""
