@@ -126,3 +126,29 @@ def test_the_demo_refund_question_is_answered_without_the_notice(sample_store, e
     ans = retrieve(sample_store, default_contract(), "How long is the refund window in the EU?", embedder=embedder)
     assert ans.decision == "answer", (ans.confidence, ans.signals, ans.explanation)
     assert ans.hits[0].doc_id.startswith("policies/refund")
+
+
+def test_a_contract_file_with_thresholds_but_no_refuse_keeps_the_rule_they_were_chosen_under(tmp_path):
+    from kbtool.contract import load_contract
+
+    old = tmp_path / "old.yaml"
+    old.write_text("contract_version: 2\ndecide:\n  thresholds: {answer: 0.6, low_confidence: 0.3}\n", encoding="utf-8")
+    assert load_contract(old).decide.refuse.needs_evidence is False  # every question below 0.3 refused, as then
+    new = tmp_path / "new.yaml"
+    new.write_text("contract_version: 2\ndecide:\n  refuse: {needs_evidence: true}\n"
+                   "  thresholds: {answer: 0.6, low_confidence: 0.3}\n", encoding="utf-8")
+    assert load_contract(new).decide.refuse.needs_evidence is True
+    assert load_contract(None, search=False).decide.refuse.needs_evidence is True
+
+
+def test_calibrate_writes_the_refuse_rule_its_thresholds_were_chosen_under(tmp_path):
+    from kbtool.contract import Calibration, Thresholds, calibrated_contract, default_contract, load_contract
+    from kbtool.contract.file import calibrated_text
+
+    old = tmp_path / "kbtool.yaml"
+    old.write_text("contract_version: 2\ndecide:\n  thresholds: {answer: 0.6, low_confidence: 0.3}\n", encoding="utf-8")
+    cal = Calibration(thresholds=Thresholds(answer=0.7, low_confidence=0.4), needs_evidence=True)
+    old.write_text(calibrated_text(old.read_text(encoding="utf-8"), load_contract(old), cal), encoding="utf-8")
+    assert load_contract(old).decide.refuse.needs_evidence is True
+    assert calibrated_contract(default_contract(), Calibration(
+        thresholds=Thresholds(answer=0.7, low_confidence=0.4), needs_evidence=False)).decide.refuse.needs_evidence is False

@@ -92,6 +92,7 @@ class Calibration:
     tiers: dict = field(default_factory=dict)  # tier name -> Thresholds
     model: Optional[AnswerabilityModel] = None
     record: Optional[CalibrationRecord] = None
+    needs_evidence: Optional[bool] = None  # the refuse rule the thresholds were chosen under (decide.refuse)
 
 
 def calibrated_contract(contract: Contract, cal: Calibration) -> Contract:
@@ -107,6 +108,9 @@ def calibrated_contract(contract: Contract, cal: Calibration) -> Contract:
         kept = [name for name in decide.tiers if name in cal.tiers]
         tiers = {name: cal.tiers[name] for name in [*kept, *(n for n in cal.tiers if n not in kept)]}
         decide = decide.model_copy(update={"thresholds": cal.thresholds, "tiers": tiers})
+        if cal.needs_evidence is not None:
+            decide = decide.model_copy(update={"refuse": decide.refuse.model_copy(
+                update={"needs_evidence": cal.needs_evidence})})
     return contract.model_copy(update={
         "contract_version": contract.contract_version + 1, "retrieve": retrieve, "decide": decide,
         "calibration": cal.record if cal.record is not None else CalibrationRecord()})
@@ -209,6 +213,8 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
 
 
 def _write_thresholds(data, cal: Calibration) -> None:
+    if cal.needs_evidence is not None:  # the rule the thresholds were chosen under, so a reload keeps it
+        _put(data, ["decide", "refuse", "needs_evidence"], cal.needs_evidence)
     _put(data, ["decide", "thresholds", "answer"], cal.thresholds.answer)
     _put(data, ["decide", "thresholds", "low_confidence"], cal.thresholds.low_confidence)
     decide = data["decide"]

@@ -68,6 +68,7 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
         if not isinstance(data, dict):
             raise ContractError(f"{source}: a contract is a YAML mapping with contract_version, retrieve, ...")
         _thresholds_without_model(data)
+        _thresholds_before_evidence(data)
     for item in overrides or []:
         apply_override(data, item)
     if overrides:
@@ -95,6 +96,15 @@ MAX_CONTRACT_BYTES = 2**20  # 1 MB
 # The confidence rule's defaults before decide.model existed (thresholds on the best hit's confidence).
 _CONFIDENCE_THRESHOLDS = {"answer": 0.5, "low_confidence": 0.4}
 _CONFIDENCE_TIERS = {"identifier": {"answer": 0.45, "low_confidence": 0.35}}
+
+
+def _thresholds_before_evidence(data: dict) -> None:
+    """A contract file whose ``decide`` sets thresholds or tiers but no ``refuse`` chose them when
+    every question below the refuse threshold was refused: it keeps that rule,
+    ``decide.refuse.needs_evidence: false`` (``calibrate --write`` now writes the rule it chose under)."""
+    decide = data.get("decide")
+    if isinstance(decide, dict) and "refuse" not in decide and ("thresholds" in decide or "tiers" in decide):
+        decide["refuse"] = {"needs_evidence": False}
 
 
 def _thresholds_without_model(data: dict) -> None:

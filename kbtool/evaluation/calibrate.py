@@ -199,7 +199,8 @@ def as_calibration(adopted: bool, proposed: dict, thresholds: dict | None = None
     return Calibration(
         fusion=fusion, thresholds=as_thresholds(thresholds["default"]) if thresholds else None,
         tiers={n: as_thresholds(t) for n, t in thresholds["tiers"].items()} if thresholds else {},
-        model=None if model is None else AnswerabilityModel.model_validate(model), record=record)
+        model=None if model is None else AnswerabilityModel.model_validate(model), record=record,
+        needs_evidence=thresholds.get("needs_evidence") if thresholds else None)
 
 
 def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict | None = None,

@@ -147,7 +147,8 @@ def choose_thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
                "false_refusal": round(float(np.mean(fr)), 4) if fr else 0.0, "unanswerable": len(fa)}
     notes.append("threshold rates are measured on the questions the thresholds were chosen on (with a model: on "
                  "out-of-fold probabilities; answerability.heldout_thresholds also holds out the threshold choice)")
-    return {"default": default, "tiers": tiers, "overall": overall}, table, notes
+    return ({"default": default, "tiers": tiers, "overall": overall,
+             "needs_evidence": contract.decide.refuse.needs_evidence}, table, notes)
 
 
 def evidence_of(contract, items, signals: dict) -> dict[int, str | None]:
