@@ -152,3 +152,19 @@ def test_calibrate_writes_the_refuse_rule_its_thresholds_were_chosen_under(tmp_p
     assert load_contract(old).decide.refuse.needs_evidence is True
     assert calibrated_contract(default_contract(), Calibration(
         thresholds=Thresholds(answer=0.7, low_confidence=0.4), needs_evidence=False)).decide.refuse.needs_evidence is False
+
+
+def test_a_tier_from_few_questions_is_written_with_a_warning():
+    """A user's 35 questions wrote an identifier tier from 9 + 7 questions, and nothing said so."""
+    from types import SimpleNamespace as NS
+
+    from kbtool.evaluation.thresholds import choose_thresholds
+
+    items = [NS(q=NS(answerable=i < 9), types={"identifier"}, tags=[]) for i in range(16)]
+    items += [NS(q=NS(answerable=i < 20), types={"other"}, tags=[]) for i in range(30)]
+    conf = {id(it): (0.9 if it.q.answerable else 0.2) for it in items}
+    evidence = {id(it): "named" for it in items}
+    got, _, notes = choose_thresholds(default_contract(), items, conf, None, None, evidence)
+    assert "identifier" in got["tiers"]
+    assert any(n.startswith("identifier: tier thresholds from 9 answerable and 7 unanswerable") for n in notes), notes
+    assert not any(n.startswith("default: tier thresholds") for n in notes)

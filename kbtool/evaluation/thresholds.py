@@ -15,6 +15,7 @@ import numpy as np
 
 MIN_UNANSWERABLE = 5
 MIN_TIER = 5
+FEW_TIER = (20, 10)  # a tier from fewer answerable / unanswerable questions than these is written with a warning
 TYPED = ("identifier", "cjk")  # groups that may get a rule (and a tier) of their own, in this order
 
 
@@ -132,6 +133,10 @@ def choose_thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
         if not met:
             notes.append(f"{name}: the target cannot be met on these questions; the closest threshold is used "
                          f"(false answers {fa:.0%}, false refusals {fr:.0%})")
+        if name != "default" and (len(a) < FEW_TIER[0] or len(u) < FEW_TIER[1]):
+            notes.append(f"{name}: tier thresholds from {len(a)} answerable and {len(u)} unanswerable question(s) "
+                         f"only — each rate moves by {1 / max(1, min(len(a), len(u))):.0%} per question; label more "
+                         "of this type, or drop the tier from decide.tiers to use the default thresholds")
         return {"answer": answer_threshold(low, a, u), "low_confidence": round(low, 4), "false_answer": round(fa, 4),
                 "false_refusal": round(fr, 4), "answerable": len(a), "unanswerable": len(u)}
 
