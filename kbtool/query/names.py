@@ -189,14 +189,13 @@ def where(store, index, processed, mask: np.ndarray | None) -> list[Mentioned]:
             tokens = _known_variant(index, tokens[0]) or tokens  # 'paginated' where the docs say 'pagination'
         rows, everywhere = None, True
         for t in tokens:
-            if not index.knows(t):
-                rows, everywhere = np.zeros(0, dtype=np.int64), False
-                break
-            got, _ = index._postings(t)
-            if not len(got) and index._all is None:
+            got = index.rows_holding(t)
+            if got is None:
                 continue  # in every chunk
             everywhere = False
             rows = got if rows is None else np.intersect1d(rows, got, assume_unique=True)
+            if not len(rows):
+                break
         if everywhere:
             out.append(Mentioned(n.text, n.kind, tokens, frozenset(), True, weight(n.kind, tokens)))
             continue

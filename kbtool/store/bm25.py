@@ -536,6 +536,16 @@ class BM25Index:
         """The (live) rows, or those ``mask`` permits."""
         return len(self.chunk_ids) if mask is None else int(mask.sum())
 
+    def rows_holding(self, token: str) -> np.ndarray | None:
+        """The live rows (ascending) whose chunk holds this analysed token; None when every row
+        does (a Robertson index keeps no postings for a term in most chunks)."""
+        if self.retriever is None or not self.knows(token):
+            return np.zeros(0, dtype=np.int64)
+        rows, _ = self._postings(token)
+        if not len(rows) and self._all is None:
+            return None
+        return rows
+
     def df(self, token: str, mask: np.ndarray | None = None) -> int:
         """How many (live, permitted) chunks hold this analysed token."""
         if self.retriever is None or not self.knows(token):
