@@ -247,7 +247,7 @@ def test_calibrate_fits_a_model_and_eval_of_the_written_contract_agrees(labelled
 def test_too_few_unanswerable_questions_fit_no_model_and_say_how_to_write_them(labelled, fake_embedder):
     store, paths = labelled
     c = load_contract(None, ["decide.model=null"], search=False)
-    r = calibrate(store, load_questions(paths[6]), c, embedder=fake_embedder, folds=3)
+    r = calibrate(store, load_questions(paths[6]), c, embedder=fake_embedder, folds=3, negatives="none")
     assert r.model is None and not r.answerability["fitted"]
     note = next(n for n in r.notes if "answerability model needs" in n)
     assert "6 unanswerable" in note and "name what the knowledge base does not cover" in note

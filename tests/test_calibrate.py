@@ -65,7 +65,8 @@ def test_calibrate_moves_the_weight_off_a_blind_retriever(blind_calibrated):
     assert h["current"] < 0.8  # plain RRF fuses it in blindly
     assert r.adopted and h["p_value"] < 0.05 and h["chosen"] >= h["best_single"]
     assert r.proposed["weights"]["dense"] <= 0.2
-    assert r.thresholds is None and any("unanswerable" in n for n in r.notes)  # none to calibrate on
+    # no unanswerable question written: thresholds from generated negatives (--negatives auto), no real rate
+    assert r.thresholds["overall"]["unanswerable"] == 0 and r.answerability["generated"]["questions"] > 0
     new = load_contract(None, [], search=False).model_validate(yaml.safe_load(calibrated_text(None, contract, r.calibration())))
     assert new.retrieve.fusion.weights.dense <= 0.2 and new.contract_version == 2
     assert new.calibration.heldout["chosen"] == h["chosen"]
@@ -329,7 +330,7 @@ def test_calibrate_without_a_fitted_model_labels_thresholds_by_the_model_it_kept
     path.write_text("".join(json.dumps(r) + "\n" for r in pick))
     qs = load_questions(path)
     for c, unit in ((contract(), "P(answerable)"), (contract("decide.model=null"), "top confidence")):
-        r = calibrate(sample_store, qs, c, embedder=embedder, folds=2)
+        r = calibrate(sample_store, qs, c, embedder=embedder, folds=2, negatives="none")
         assert not r.answerability["fitted"] and r.thresholds
         buf = io.StringIO()
         render(r, Console(file=buf, width=200))

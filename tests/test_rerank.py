@@ -293,7 +293,7 @@ def test_calibrate_runs_through_the_rerank_and_scores_each_pair_once(tmp_path, s
     contract = write(tmp_path / "k.yaml", yaml.safe_dump({"contract_version": 1, "postprocess": {
         "rerank": {"backend": "http", "url": server.url, "top_n": 10, "weight": 0.5}}}))
     r = runner.invoke(app, ["calibrate", str(qs), "--store", str(sample_store.path), "--contract", str(contract),
-                            "--folds", "2", "--json", "-q"])
+                            "--folds", "2", "--json", "-q", "--negatives", "none"])  # leave-out negatives ask again
     assert r.exit_code == 0, r.output
     pairs = [(req["body"]["query"], t) for req in server.requests for t in req["body"]["texts"]]
     assert len(set(pairs)) >= 24 * 10  # every question's top 10, at least

@@ -21,6 +21,7 @@ def calibrate(
     min_count: Annotated[int, typer.Option("--min-count", min=1, help="Answerable questions a type (identifier, cjk) needs for weights of its own.")] = 10,
     max_false_answer: Annotated[Optional[float], typer.Option("--max-false-answer", min=0, max=1, help="Choose the refuse threshold so at most this share of unanswerable questions is answered.")] = None,
     max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", min=0, max=1, help="Choose the refuse threshold so at most this share of answerable questions is refused.")] = None,
+    negatives: Annotated[str, typer.Option("--negatives", help="Generated unanswerable questions for the model fit and thresholds (never in a reported rate): auto (when fewer than 20 are written), none, leave-out (answerable questions without their labelled documents), name-swap (a named thing swapped for one the knowledge base never mentions), all.")] = "auto",
     write: Annotated[bool, typer.Option("--write", help="Write the proposal into the contract file (bumps contract_version, records the calibration).")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write calibration.json and calibration.png (trade-off, score distributions, weight curves) here.")] = None,
     principal: Annotated[Optional[str], typer.Option("--principal", help="Calibrate as this principal (access.principals), as query does.")] = None,
@@ -49,6 +50,10 @@ def calibrate(
         raise typer.BadParameter(str(exc), param_hint="--objective") from None
     if max_false_answer is not None and max_false_refusal is not None:
         raise typer.BadParameter("give one of --max-false-answer and --max-false-refusal", param_hint="--max-false-answer")
+    from ..evaluation.negatives import MODES
+
+    if negatives not in MODES:
+        raise typer.BadParameter(f"{negatives!r}: use one of {', '.join(MODES)}", param_hint="--negatives")
     if out_dir and out_dir.exists() and not out_dir.is_dir():
         raise typer.BadParameter(f"{out_dir} is a file: give a folder", param_hint="--out")
     if write and set_:
@@ -62,7 +67,7 @@ def calibrate(
     with progress_bars(quiet) as bars:
         result = run(kb, qs, c, objective=objective, folds=folds, seed=seed, min_count=min_count,
                      max_false_answer=max_false_answer, max_false_refusal=max_false_refusal, progress=bars,
-                     source=str(questions), principal=principal, allow=allow)
+                     source=str(questions), principal=principal, allow=allow, negatives=negatives)
     target = path or Path(CONTRACT_FILE)
     old = path.read_text(encoding="utf-8") if path else None
     new = calibrated_text(old, c, result.calibration())

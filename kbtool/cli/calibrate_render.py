@@ -42,6 +42,11 @@ def render(result, console) -> None:
                 f"unanswerable ({_pct(ht['refusal_rate'])}, 95% CI {_ci(ht['refusal_interval'])}), wrongly refused "
                 f"{ht['wrongly_refused']} of {ht['answerable']} answerable ({_pct(ht['false_refusal'])}, "
                 f"95% CI {_ci(ht['false_refusal_interval'])})", highlight=False)
+    g = a.get("generated") or {}
+    if g.get("questions"):
+        console.print("generated negatives (model fit and threshold choice only, in no rate shown): " + "; ".join(
+            f"{k} {v['questions']}" + ("" if v["refused"] is None else f", {v['refused']} refused by the thresholds")
+            for k, v in g["kinds"].items()), highlight=False)
     if result.thresholds:
         unit = "P(answerable)" if a.get("fitted") or result.model or a.get("decided_by") == "P(answerable)" \
             else "top confidence"

@@ -115,25 +115,29 @@ def _oof_scores(X, y, folds, signs) -> np.ndarray:
 
 
 def fit(features: list[str], X: np.ndarray, y: np.ndarray, *, folds: int = 5, seed: int = 0,
-        pick: Callable[[np.ndarray, np.ndarray], float] | None = None) -> tuple[Fitted, np.ndarray, np.ndarray | None]:
+        pick: Callable[[np.ndarray, np.ndarray], float] | None = None,
+        blend: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> tuple[Fitted, np.ndarray, np.ndarray | None]:
     """The model fitted on every question, each question's out-of-fold probability, and with
     ``pick`` (answerable probabilities, unanswerable probabilities -> refuse-below threshold) which
     questions are refused when the threshold, too, is chosen without them: in each outer fold it is
-    picked on the training questions' inner out-of-fold probabilities, which never saw the fold."""
+    picked on the training questions' inner out-of-fold probabilities, which never saw the fold.
+    ``blend(z, rows)``: the calibrated score of those rows as it will be used (shrinkage toward a
+    prior model, ``negatives.blended``); the returned ``Fitted`` is the model before it."""
     X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=int)
     signs = [SIGNS.get(f, 0) for f in features]
     outer = _folds(y, folds, seed)
     oof = np.zeros(len(y))
     refused = np.zeros(len(y), dtype=bool) if pick is not None else None
     sigmoid = lambda z: 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))  # noqa: E731
+    blend = blend or (lambda z, rows: z)
     for train, test in outer:
         inner = _folds(y[train], folds, seed + 1)
         inner_scores = _oof_scores(X[train], y[train], inner, signs)
         slope, offset = _platt(inner_scores, y[train])
         coef, b = _logistic(X[train], y[train], signs)
-        oof[test] = sigmoid(slope * (b + X[test] @ coef) + offset)
+        oof[test] = sigmoid(blend(slope * (b + X[test] @ coef) + offset, test))
         if pick is not None:
-            p_train = sigmoid(slope * inner_scores + offset)
+            p_train = sigmoid(blend(slope * inner_scores + offset, train))
             refused[test] = oof[test] < pick(p_train[y[train] == 1], p_train[y[train] == 0])
     slope, offset = _platt(_oof_scores(X, y, outer, signs), y)
     coef, b = _logistic(X, y, signs)

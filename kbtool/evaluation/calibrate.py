@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable
@@ -45,6 +46,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import InputError, UsageError
+from . import negatives as neg
 from .compare import best_single as best_single_of, sign_flip_p
 from .metrics import parse_metric, score
 from .provenance import question_set_record, store_fingerprint
@@ -216,6 +218,8 @@ def written_contract(contract, adopted: bool, proposed: dict, thresholds: dict |
 class _Question:
     """One question's candidates and chunk rows, answered under any contract by the pipeline."""
 
+    generated: str | None = None  # a generated negative's kind (``negatives``); None: a real question
+
     def __init__(self, q, cands, level: str, rows: dict, *, searcher, matcher, depth: int):
         self.q, self.c, self.level, self.rows = q, cands, level, rows
         self.types = set(cands.processed.types)
@@ -252,14 +256,16 @@ class _Question:
 
 
 def gathered(store, qs, contract, *, k: int, level: str = "auto", embedder=None, principal=None, allow=None,
-             progress=None) -> list[_Question]:
-    """Every question's candidates (gathered once, as eval gathers them) and chunk rows."""
+             progress=None, sc=None) -> list[_Question]:
+    """Every question's candidates (gathered once, as eval gathers them) and chunk rows; ``sc``: under
+    this scope (a generated negative's) instead of the caller's."""
     from ..query.pipeline import Searcher
     from ..query.routing import store_retrievers
 
     questions = qs.questions
     depth = max(k, DEFAULT_DEPTH)  # chunks ranked per question, as eval's depth: documents collapse from them
-    searcher = Searcher.of(store, contract, [], principal, allow, embedder)
+    searcher = Searcher(store, contract, sc, embedder) if sc is not None else \
+        Searcher.of(store, contract, [], principal, allow, embedder)
     cb = (lambda n: progress("retrieving", n, len(questions))) if progress else None
     cands = searcher.gather([q.question for q in questions], depth=depth, retrievers=store_retrievers(store),
                             progress=cb)
@@ -381,9 +387,11 @@ class Search:
 def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5, seed: int = 0,
               alpha: float = 0.05, min_count: int = 10, max_false_answer: float | None = None,
               max_false_refusal: float | None = None, level: str = "auto", embedder=None,
-              principal: str | None = None, allow=None,
+              principal: str | None = None, allow=None, negatives: str = "auto",
               progress: Callable[[str, int, int], None] | None = None, source: str = "") -> CalibrationResult:
-    """Tune ``contract`` on question set ``qs``; returns the proposal and its evidence."""
+    """Tune ``contract`` on question set ``qs``; returns the proposal and its evidence. ``negatives``
+    (``negatives.MODES``): which generated unanswerable questions join the model fit and the
+    threshold choice (auto: both kinds when fewer than 20 are hand-written); none is in a rate."""
     from ..query.retriever import contract_for_mode
 
     try:
@@ -396,6 +404,10 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         raise UsageError("max_false_answer and max_false_refusal: give one of them, not both")
     questions = qs.questions
     answerable = [q for q in questions if q.answerable]
+    try:
+        kinds = neg.kinds_for(negatives, len(questions) - len(answerable))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if len(answerable) < folds:
         raise InputError(f"{len(answerable)} answerable question(s): calibration needs at least {folds} "
                          "(one per fold); add labelled questions")
@@ -403,6 +415,13 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     items = gathered(store, qs, contract, k=k, level=level, embedder=embedder, principal=principal, allow=allow,
                      progress=progress)
     ans_items = [it for it in items if it.q.answerable]
+    gen, skipped = [], {}
+    if kinds:
+        from ..query.scope import scope
+
+        gen, skipped = neg.generated(store, qs, scope(store, contract, [], principal, allow), kinds, seed=seed,
+                                     gather=lambda sub, sc: gathered(store, sub, contract, k=k, level=level,
+                                                                     embedder=embedder, sc=sc))
     t1 = time.perf_counter()
 
     search = Search(contract, ans_items, objective, min_count, progress)
@@ -442,13 +461,22 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     if max_false_answer is None and max_false_refusal is None:  # the refuse tier's job: few false refusals
         max_false_refusal = contract.decide.refuse.max_false_refusal
     model, conf, answerability = _answerability(final, items, folds=folds, seed=seed, source=source, qs=qs,
-                                                max_fa=max_false_answer, max_fr=max_false_refusal)
+                                                max_fa=max_false_answer, max_fr=max_false_refusal, gen=gen)
     notes += answerability.pop("notes")
     if model is not None:
         final = final.model_copy(update={"decide": final.decide.model_copy(update={"model": model})})
-    evidence = evidence_of(final, items, answerability["signals"])
-    thresholds, table, tnotes = choose_thresholds(final, items, conf, max_false_answer, max_false_refusal, evidence)
+    evidence = evidence_of(final, [*items, *gen], answerability["signals"])
+    thresholds, table, tnotes = choose_thresholds(final, [*items, *gen], conf, max_false_answer, max_false_refusal,
+                                                  evidence)
     notes += tnotes
+    if gen and thresholds:  # chosen with the generated negatives; every rate counted on the real questions
+        thresholds, table = neg.real_rates(final, items, gen, conf, thresholds, evidence)
+    answerability["generated"] = neg.report(final, gen, conf, thresholds, evidence, mode=negatives, skipped=skipped)
+    if gen:
+        notes.append(f"{len(gen)} generated unanswerable question(s) ("
+                     + ", ".join(f"{k} {v['questions']}" for k, v in answerability["generated"]["kinds"].items())
+                     + ") joined the model fit and the threshold choice; every rate reported is on the "
+                       f"{len(items)} real questions (answerability.generated has theirs)")
     held = answerability.pop("refused", None)
     if model is not None and thresholds and held is not None:
         y_held, refused_held = held
@@ -517,51 +545,83 @@ def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10
     return sign_flip_p(d, signs)
 
 
-def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, max_fa=None, max_fr=None):
+def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, max_fa=None, max_fr=None, gen=()):
     """(model or None, each question's P(answerable) out of fold or its confidence, report).
 
-    With at least ``MIN_EACH`` answerable and unanswerable questions a model is fitted on the
-    signals the pipeline computes under ``contract``; else the contract's own model (or, without
-    one, the best hit's confidence) decides, and a note says how to get a model."""
-    from ..contract import FEATURES, AnswerabilityModel
+    With at least ``MIN_EACH`` answerable and unanswerable questions (``gen``, generated
+    negatives, count among the unanswerable) a model is fitted on the signals the pipeline
+    computes under ``contract``; else the contract's own model (or, without one, the best hit's
+    confidence) decides, and a note says how to get a model. Fitted on few, it is shrunk toward
+    the built-in model (``negatives.shrink_weight``). Everything reported is on ``items`` alone."""
+    from ..contract import FEATURES, AnswerabilityModel, default_contract
     from . import answerability as am
 
     plain = contract.model_copy(update={"decide": contract.decide.model_copy(update={"model": None})})
-    answers = [it.answer(plain) for it in items]
-    y = np.array([1 if it.q.answerable else 0 for it in items])
+    every = [*items, *gen]
+    answers = [it.answer(plain) for it in every]
+    y = np.array([1 if it.q.answerable else 0 for it in every])
     X = np.array([[a.signals.get(f, 0.0) for f in FEATURES] for a in answers])
-    report: dict = {"features": list(FEATURES), "notes": [], "signals": {id(it): a.signals for it, a in zip(items, answers)},
-                    "signal_auc": {f: _round(am.auc(y, X[:, i])) for i, f in enumerate(FEATURES)},
-                    "confidence": am.quality(y, [a.confidence or 0.0 for a in answers])}
+    real = np.arange(len(every)) < len(items)
+    yr = y[real]
+    report: dict = {"features": list(FEATURES), "notes": [], "signals": {id(it): a.signals for it, a in zip(every, answers)},
+                    "signal_auc": {f: _round(am.auc(yr, X[real, i])) for i, f in enumerate(FEATURES)},
+                    "confidence": am.quality(yr, [a.confidence or 0.0 for a in answers[:len(items)]])}
     n_ans, n_un = int(y.sum()), int((y == 0).sum())
     if min(n_ans, n_un) < am.MIN_EACH:
         report["fitted"] = False
         keep = contract.decide.model is not None
         report["decided_by"] = "P(answerable)" if keep else "confidence"  # what the thresholds compare
         report["notes"].append(
-            f"{n_un} unanswerable and {n_ans} answerable question(s): an answerability model needs at least "
+            f"{n_un} unanswerable" + (f" ({len(gen)} generated)" if len(gen) else "")
+            + f" and {n_ans} answerable question(s): an answerability model needs at least "
             f"{am.MIN_EACH} of each, so none is fitted"
             + (" (the contract's model is kept)" if keep else " (thresholds apply to the best hit's confidence)")
             + ". Good unanswerable questions name what the knowledge base does not cover (another product, a "
               "service or a feature it never mentions) and near misses (a detail a covered section does not give).")
         # without a model the answers above are the contract's own: no second pass
-        conf = {id(it): (it.answer(contract) if keep else a).confidence for it, a in zip(items, answers)}
+        conf = {id(it): (it.answer(contract) if keep else a).confidence for it, a in zip(every, answers)}
         return None, conf, report
     cols = [FEATURES.index(f) for f in am.MODEL_FEATURES]
     chosen = lambda a, u: pick(a.tolist(), u.tolist(), max_fa, max_fr)[0]  # noqa: E731 (as the written threshold)
-    fitted, oof, refused = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed, pick=chosen)
-    report["refused"] = (y, refused)
+    w, prior = neg.shrink_weight(n_un, len(y)), default_contract().decide.model
+    shift = neg.mix_shift(n_ans, n_un, int((yr == 0).sum())) if len(gen) else 0.0  # P at the real mix
+    blend = (lambda z, rows: z + shift) if shift else None  # noqa: E731
+    if w is not None and prior is not None:  # few questions: the built-in model's logit weighs (1 - w)
+        prior_z = np.array([neg.logit(prior, a.signals) for a in answers])
+        blend = lambda z, rows: w * (z + shift) + (1 - w) * prior_z[rows]  # noqa: E731
+    fitted, oof, refused = am.fit(list(am.MODEL_FEATURES), X[:, cols], y, folds=folds, seed=seed, pick=chosen,
+                                  blend=blend)
+    report["refused"] = (yr, refused[real])
     report["fitted"] = True
     report["decided_by"] = "P(answerable)"
-    report["oof"] = am.quality(y, oof)
-    report["roc"] = [[round(a, 4), round(b, 4)] for a, b in am.roc_points(y, oof)]
-    fitted_on = {"question_set": qs.name, "source": source, "questions": len(y), "answerable": n_ans,
-                 "unanswerable": n_un, "folds": folds, "seed": seed,
+    report["oof"] = am.quality(yr, oof[real])
+    report["roc"] = [[round(a, 4), round(b, 4)] for a, b in am.roc_points(yr, oof[real])]
+    fitted_on = {"question_set": qs.name, "source": source, "questions": len(items), "answerable": n_ans,
+                 "unanswerable": int((yr == 0).sum()), "folds": folds, "seed": seed,
                  "date": datetime.now(timezone.utc).date().isoformat(),
                  "oof": {k: report["oof"][k] for k in ("auc", "brier", "calibration_error")}}
-    model = AnswerabilityModel.model_validate(fitted.to_contract(fitted_on))
+    if len(gen):
+        fitted_on["generated"] = dict(sorted(Counter(it.generated for it in gen).items()))
+    if shift:
+        fitted_on["mix_shift"] = round(shift, 4)
+        report["notes"].append(f"P(answerable) is fitted on {n_ans} answerable and {n_un} unanswerable questions, "
+                               f"generated ones included, and shifted ({shift:+.2f} in logit) to mean what it says at "
+                               + (f"this set's mix" if (yr == 0).sum() >= neg.MIN_REAL
+                                  else f"{neg.ANSWERABLE_SHARE:.0%} answerable questions (the built-in model's mix)"))
+    if w is not None and prior is not None:
+        fitted_on["shrinkage"] = report["shrinkage"] = {"weight": round(w, 4), "n0": neg.SHRINK_N0,
+                                                        "toward": "the built-in model"}
+    raw = fitted.to_contract(fitted_on)
+    raw["calibration"]["offset"] = round(raw["calibration"]["offset"] + shift, 6)
+    if w is not None and prior is not None:
+        raw = neg.blended(raw, prior, w)
+        report["notes"].append(
+            f"the model is fitted on {n_un} unanswerable and {len(y)} questions in all (fewer than "
+            f"{neg.SHRINK_UNANSWERABLE} / {neg.SHRINK_TOTAL}): shrunk toward the built-in model, its logit weighing "
+            f"{w:.2f} = {n_un}/({n_un}+{neg.SHRINK_N0}) against the built-in's {1 - w:.2f} (out-of-fold numbers included)")
+    model = AnswerabilityModel.model_validate(raw)
     report["coefficients"] = dict(model.coefficients)
-    return model, {id(it): round(float(p), 4) for it, p in zip(items, oof)}, report
+    return model, {id(it): round(float(p), 4) for it, p in zip(every, oof)}, report
 
 
 def _round(x):

@@ -137,7 +137,7 @@ def plot_calibration(result, path) -> None:
     if fitted:
         ax = axes[3]
         roc = a["roc"]
-        ax.plot([p[0] for p in roc], [p[1] for p in roc], marker=".", label=f"model, AUC {a['oof']['auc']:.3f}")
+        ax.plot([p[0] for p in roc], [p[1] for p in roc], marker=".", label="model" + ("" if a["oof"]["auc"] is None else f", AUC {a['oof']['auc']:.3f}"))
         ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
         ax.set_xlabel("unanswerable questions answered (false positive rate)")
         ax.set_ylabel("answerable questions answered (true positive rate)")
