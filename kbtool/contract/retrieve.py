@@ -192,6 +192,13 @@ def _default_rules() -> list[Rule]:
         Rule(when="cjk", weights=Weights(**{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7})),
         # A CJK question on a model not declared multilingual: the vectors carry little meaning.
         Rule(when="cjk", weights=Weights(dense=0.1, bm25=0.9)),
+        # Any other question whose words BM25 barely finds (a paraphrase): BM25's share would pull
+        # the model's ranking down, so dense leads — alone below 0.25, at 0.8 below 0.35 (chosen on
+        # sample, fastapi-docs and Cranfield: the most paraphrase nDCG@10 with no set's overall
+        # nDCG@10 lower; bench/FUSION_RULES.md). Cranfield's long questions sit at 0.2–0.4 and
+        # still gain from BM25: higher cut-offs cost it.
+        Rule(when=When(bm25_coverage_below=0.25), weights=Weights(dense=1.0, bm25=0.0)),
+        Rule(when=When(bm25_coverage_below=0.35), weights=Weights(dense=0.8, bm25=0.2)),
     ]
 
 
