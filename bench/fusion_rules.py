@@ -98,11 +98,45 @@ def one_set(name: str, store_path: Path, questions: Path) -> dict:
             "answer_s": {k: round(v, 2) for k, v in spent.items()}}
 
 
+def timing(store_path: Path, questions: Path, repeats: int = 5) -> dict:
+    """What the rule adds to a query: ``answer()`` (fusion to decision) per question with the
+    built-in contract and with it minus its coverage rules, interleaved, p50 over every run; and
+    the rule choice alone (``bm25_coverage`` + ``rule_for``)."""
+    from kbtool.contract import default_contract
+    from kbtool.evaluation.questions import load_questions
+    from kbtool.query.pipeline import Searcher
+    from kbtool.query.routing import bm25_coverage, store_retrievers
+    from kbtool.store import Store
+
+    store = Store.open(store_path)
+    texts = [q.question for q in load_questions(questions).questions]
+    after = default_contract()
+    before = without_coverage_rules(after)
+    searcher = Searcher.of(store, after)
+    cands = searcher.gather(texts)  # what a query gathers for each question
+    times: dict[str, list[float]] = {"before": [], "after": [], "rule_choice": []}
+    available = store_retrievers(store)
+    for _ in range(repeats):
+        for c in cands:
+            for name, contract in (("before", before), ("after", after)):
+                t = time.perf_counter()
+                searcher.answer(c, contract)
+                times[name].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            after.rule_for(set(c.processed.types), available, bm25_coverage(c))
+            times["rule_choice"].append(time.perf_counter() - t)
+    return {k: round(float(np.median(v)) * 1000, 4) for k, v in times.items()} | {"runs": len(times["after"])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("stores", nargs=3, type=Path, help="sample, fastapi-docs and Cranfield stores")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--timing", action="store_true", help="only time the rule on the sample store (ms, p50)")
     args = ap.parse_args()
+    if args.timing:
+        print(json.dumps(timing(args.stores[0], SETS["sample"])))
+        return
     out = [one_set(name, store, qpath) for (name, qpath), store in zip(SETS.items(), args.stores)]
     text = json.dumps(out)
     if args.out:

@@ -25,7 +25,7 @@ def render(result, console) -> None:
     console.print(f"fusion: {verdict} (gain {h['gain']:+.4f}, p = {h['p_value']:.3f}): {p['method']}"
                   + (f"/{p['normalization']}" if p["method"] == "weighted" else f" k={p['rrf_k']}")
                   + f", {_weights(p['weights'])}" + "".join(f"; {g}: {_weights(w)}" for g, w in p["group_weights"].items())
-                  + _coverage_rule(p.get("coverage_rule"), h.get("coverage_rule")), highlight=False)
+                  + _coverage_rules(p.get("coverage_rules") or [], h.get("coverage_rule")), highlight=False)
     a = result.answerability or {}
     if a.get("fitted"):
         o, c, ht = a["oof"], a["confidence"], a.get("heldout_thresholds")
@@ -67,10 +67,10 @@ def _retrievers(heldout: dict) -> list[str]:
     return [k for k in heldout if RETRIEVER.match(k)]
 
 
-def _coverage_rule(rule, test) -> str:
-    """'; BM25 coverage < 0.3: dense 0.9, bm25 0.1 (held out +0.0120, p = 0.010)'."""
-    out = f"; BM25 coverage < {rule['bm25_coverage_below']:g}: {_weights(rule['weights'])}" if rule else ""
-    if test and (rule or test["gain"]):
+def _coverage_rules(rules, test) -> str:
+    """'; BM25 coverage < 0.3: dense 0.9, bm25 0.1 (coverage rule held out +0.0120, p = 0.010)'."""
+    out = "".join(f"; BM25 coverage < {r['bm25_coverage_below']:g}: {_weights(r['weights'])}" for r in rules)
+    if test and test["gain"]:
         out += f" (coverage rule held out {test['gain']:+.4f}, p = {test['p_value']:.3f})"
     return out
 

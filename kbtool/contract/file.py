@@ -72,15 +72,16 @@ def _scalar(value) -> str:
 @dataclass(frozen=True)
 class FusionProposal:
     """The fusion calibrate adopted: retriever -> weight over the store's retrievers for an 'other'
-    question (``weights``) and per question type (``group_weights``); ``coverage_rule``
-    ({bm25_coverage_below, weights}) replaces the contract's untyped BM25-coverage rules (None: none)."""
+    question (``weights``) and per question type (``group_weights``); ``coverage_rules``
+    ([{bm25_coverage_below, weights}]) replace the contract's untyped BM25-coverage rules (None:
+    they stay as written)."""
 
     method: str
     normalization: str
     rrf_k: int
     weights: dict
     group_weights: dict = field(default_factory=dict)
-    coverage_rule: Optional[dict] = None
+    coverage_rules: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,9 @@ def _fused(retrieve, p: FusionProposal):
         for i in (i for i in matching if not _fuses_as(_as_written(rules[i].weights), ws)):
             weights = {**_as_written(rules[i].weights), **{n: round(w, 4) for n, w in ws.items()}}
             rules[i] = rules[i].model_copy(update={"weights": Weights.model_validate(weights)})
-    rules = _with_coverage_rule(rules, p.coverage_rule, lambda r: _when_of(r.model_dump(mode="json")),
-                                lambda raw: Rule.model_validate(raw))
+    if p.coverage_rules is not None:
+        rules = _with_coverage_rules(rules, p.coverage_rules, lambda r: _when_of(r.model_dump(mode="json")),
+                                     Rule.model_validate)
     return retrieve.model_copy(update={"fusion": retrieve.fusion.model_copy(update=fusion), "rules": rules})
 
 
@@ -149,16 +151,15 @@ def _when_of(rule) -> tuple[str | None, bool]:
     return when, False
 
 
-def _with_coverage_rule(rules: list, proposal: dict | None, when_of, make) -> list:
-    """``rules`` without their untyped BM25-coverage rules, and the proposal's (if any) where
-    calibrate measured it: after the type rules, before a rule for every 'other' question."""
+def _with_coverage_rules(rules: list, proposed: list, when_of, make) -> list:
+    """``rules`` with their untyped BM25-coverage rules replaced by the proposed ones, where
+    calibrate measured them: after the type rules, before a rule for every 'other' question."""
     kept = [r for r in rules if when_of(r) != (None, True)]
-    if proposal is None:
-        return kept
     at = next((i for i, r in enumerate(kept) if when_of(r) == ("other", False)), len(kept))
-    new = make({"when": {"bm25_coverage_below": proposal["bm25_coverage_below"]},
-                "weights": {name: round(w, 4) for name, w in _retriever_weights(proposal["weights"]).items()}})
-    return [*kept[:at], new, *kept[at:]]
+    new = [make({"when": {"bm25_coverage_below": p["bm25_coverage_below"]},
+                 "weights": {name: round(w, 4) for name, w in _retriever_weights(p["weights"]).items()}})
+           for p in proposed]
+    return [*kept[:at], *new, *kept[at:]]
 
 
 def _as_written(weights: Weights) -> dict:
@@ -234,8 +235,9 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
         for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
             for name, w in ws.items():
                 _put(rule, ["weights", name], round(w, 4))
-    if p.coverage_rule is not None or any(_when_of(r) == (None, True) for r in rules):
-        rules[:] = _with_coverage_rule(list(rules), p.coverage_rule, _when_of, lambda raw: raw)
+    if p.coverage_rules is not None and [_plain(r) for r in rules] != [
+            _plain(r) for r in _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)]:
+        rules[:] = _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)
 
 
 def _write_thresholds(data, cal: Calibration) -> None:

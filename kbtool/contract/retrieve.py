@@ -129,6 +129,9 @@ class When(_Strict):
     def _given(self, handler):
         return {k: v for k, v in handler(self).items() if v is not None}
 
+    def __hash__(self):  # a rule's ``when`` keys a mapping as a type name does
+        return hash((self.type, self.bm25_coverage_below))
+
     def holds(self, types: set[str], bm25_coverage: float | None) -> bool:
         if self.type is not None and self.type not in types:
             return False

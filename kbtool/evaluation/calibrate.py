@@ -200,7 +200,7 @@ def as_calibration(adopted: bool, proposed: dict, thresholds: dict | None = None
 
     as_thresholds = lambda t: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"])  # noqa: E731
     fusion = FusionProposal(proposed["method"], proposed["normalization"], proposed["rrf_k"], proposed["weights"],
-                            proposed.get("group_weights") or {}, proposed.get("coverage_rule")) if adopted else None
+                            proposed.get("group_weights") or {}, proposed.get("coverage_rules")) if adopted else None
     return Calibration(
         fusion=fusion, thresholds=as_thresholds(thresholds["default"]) if thresholds else None,
         tiers={n: as_thresholds(t) for n, t in thresholds["tiers"].items()} if thresholds else {},
@@ -382,14 +382,14 @@ class Search:
     def proposal(self, ci: int, wmap: dict[str, int], rule: tuple[float, int] | None = None) -> dict:
         """The proposal: fusion, ``weights`` (retriever -> weight, what an 'other' question gets),
         ``group_weights`` (type -> {retriever -> weight}), over the store's retrievers, and
-        ``coverage_rule`` ({bm25_coverage_below, weights}, or None: no coverage rule)."""
+        ``coverage_rules`` (the rule on BM25 coverage, [{bm25_coverage_below, weights}], or [])."""
         cfg = CONFIGS[ci]
         groups = {g: dict(self.grid[wmap[g]]) for g in self.own}
         groups.update({g: dict(w) for g, w in self.fixed.items()})  # too few questions: the contract's rule
         return {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k,
                 "weights": dict(self.grid[wmap["other"]]), "group_weights": groups,
-                "coverage_rule": None if rule is None else {"bm25_coverage_below": rule[0],
-                                                            "weights": dict(self.grid[rule[1]])}}
+                "coverage_rules": [] if rule is None else [{"bm25_coverage_below": rule[0],
+                                                            "weights": dict(self.grid[rule[1]])}]}
 
     def curves(self, ci: int) -> dict:
         """Per group, the mean objective over the grid under config ``ci``. With dense + bm25:
@@ -555,13 +555,13 @@ def _current_fusion(contract, retrievers=TWO) -> dict:
     from ..query.routing import rule_applied
 
     f = contract.retrieve.fusion
-    cov = next((r for r in contract.retrieve.rules if r.signals and r.type is None), None)
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,
             "weights": normalised(weights_of(contract, {"other"}, retrievers), retrievers),
             "group_weights": {g: normalised(weights_of(contract, {g}, retrievers), retrievers) for g in TYPED
                               if rule_applied(contract, [[g]]) == [g]},
-            "coverage_rule": None if cov is None else {"bm25_coverage_below": cov.when.bm25_coverage_below,
-                                                       "weights": normalised(cov.weights, retrievers)}}
+            "coverage_rules": [{"bm25_coverage_below": r.when.bm25_coverage_below,
+                                "weights": normalised(r.weights, retrievers)}
+                               for r in contract.retrieve.rules if r.signals and r.type is None]}
 
 
 def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10000) -> float:
