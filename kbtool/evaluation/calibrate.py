@@ -464,7 +464,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
     chosen_cfg = CONFIGS[ci]
     rule = search.choose_rule(ci, wmap, everyone)
     rule_p = _paired_p(heldout, plain, seed=seed)
-    rule_gain = float(heldout.mean() - plain.mean())
+    rule_gain, with_rule = float(heldout.mean() - plain.mean()), float(heldout.mean())
     notes = []
     if rule is not None and not (rule_gain > 0 and rule_p < alpha):
         notes.append(f"no bm25_coverage_below rule: held-out {objective} {heldout.mean():.4f} with one vs "
@@ -523,7 +523,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                  "gain": round(gain, 4), "p_value": round(p_value, 4), "alpha": alpha,
                  "chosen_in_sample": round(float(search.per_question(ci, wmap, rule).mean()), 4),
                  # the coverage rule's own test: the same choice with and without it, held out
-                 "coverage_rule": {"with": round(float(heldout.mean()), 4), "without": round(float(plain.mean()), 4),
+                 "coverage_rule": {"with": round(with_rule, 4), "without": round(float(plain.mean()), 4),
                                    "gain": round(rule_gain, 4), "p_value": round(rule_p, 4)}},
         weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
         model=None if model is None else model.model_dump(mode="json"), answerability=answerability,
