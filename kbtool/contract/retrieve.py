@@ -135,7 +135,8 @@ class When(_Strict):
     def holds(self, types: set[str], bm25_coverage: float | None) -> bool:
         if self.type is not None and self.type not in types:
             return False
-        return self.bm25_coverage_below is None or (bm25_coverage is not None and bm25_coverage < self.bm25_coverage_below)
+        cut = self.bm25_coverage_below
+        return cut is None or (bm25_coverage is not None and bm25_coverage < cut)
 
 
 class Rule(_Strict):

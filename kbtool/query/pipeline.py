@@ -77,7 +77,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     th = st.thresholds
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
-        rule=fusion_rule(contract, set(p.types), available, cov), hits=st.hits, decision=st.decision, confidence=st.top, tier=st.tier,
+        rule=fusion_rule(contract, set(p.types), available, cov), hits=st.hits, decision=st.decision,
+        confidence=st.top, tier=st.tier,
         thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
         explanation=st.explanation, context=st.context, method=contract.retrieve.fusion.method, filters=sc.filters,
         trace=answer_trace(st, time.perf_counter() - t0) if with_trace else {}, signals=st.signals,
