@@ -165,6 +165,8 @@ def test_eval_and_query_fuse_with_the_same_coverage_rule(sample_store, embedder,
             ans = retrieve(sample_store, c, res.question.question, embedder=embedder)
             got = res.modes["contract"]
             assert (got.top_doc, got.top_score, got.decision) == (ans.hits[0].doc_id, ans.confidence, ans.decision)
+            assert got.rule == ans.rule and report.to_dict()["per_question"][0]["modes"]["contract"]["rule"] == \
+                report.results[0].modes["contract"].rule
         firsts[bool(sets)] = {r.question.id: r.modes["contract"].top_doc for r in report.results}
     # the rule (BM25 alone below 0.5) moved the paraphrase's first hit, not the covered question's
     assert firsts[True]["q050"] != firsts[False]["q050"] and firsts[True]["q152"] == firsts[False]["q152"]
