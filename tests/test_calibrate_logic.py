@@ -397,8 +397,65 @@ def test_the_calibrated_contract_is_what_the_written_file_loads_as():
         written = validate_contract(yaml.safe_load(calibrated_text(None, contract, cal)))
         assert direct.to_dict() == written.to_dict()
         assert list(direct.decide.tiers) == list(written.decide.tiers)
-    assert [(r.when, r.weights.as_dict()) for r in direct.retrieve.rules] == [
+    assert [(r.when, r.weights.as_dict()) for r in direct.retrieve.rules if not r.signals] == [
         ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}),
         ("cjk", {"dense": 0.1, "bm25": 0.9})]
+    assert direct.retrieve.rules[3:] == contract.retrieve.rules[3:]  # the coverage rules, as the proposal had them
     assert direct.retrieve.fusion.method == "rrf" and direct.retrieve.fusion.rrf_k == 30
     assert direct.retrieve.fusion.weights.as_dict() == {"dense": 0.6, "bm25": 0.4} and direct.contract_version == 2
+
+
+def test_calibrate_proposes_a_coverage_rule_where_it_pays_and_writes_it_after_the_type_rules():
+    """Search.choose_rule picks the cut-off and grid point that raise the training questions of the
+    shared groups whose BM25 coverage is below it; the proposal is written after the type rules,
+    replacing the contract's coverage rules, the same by both writers."""
+    import yaml
+
+    from kbtool.contract import calibrated_contract, default_contract, validate_contract
+    from kbtool.evaluation.calibrate import COVERAGE_CUTS, as_calibration
+
+    search = object.__new__(Search)  # scores made up: questions 0-3 gain from dense alone when BM25 covers little
+    search.grid = weight_grid(("dense", "bm25"))
+    search.groups = np.array(["other"] * 6 + ["identifier"])
+    search.shared_groups, search.fixed, search.own = ["other"], {}, ("identifier",)
+    search.coverage = np.array([0.1, 0.12, 0.15, 0.18, 0.6, 0.7, 0.05])
+    search.S = np.full((1, len(search.grid), 7), 0.5)
+    search.S[0, -1, :4] = 1.0  # dense 1.0: the low-coverage questions' relevant page first
+    search.S[0, -1, 4:6] = 0.0  # ... but not the covered ones'
+    search.S[0, -1, 6] = 0.0  # nor the identifier question (a type rule takes it first)
+    wmap = {"other": 7, "identifier": 3}
+    everyone = np.ones(7, dtype=bool)
+    rule = search.choose_rule(0, wmap, everyone)
+    assert rule == (COVERAGE_CUTS[1], len(search.grid) - 1)  # the first cut-off above all four: 0.2
+    assert list(search.per_question(0, wmap, rule)) == [1.0] * 4 + [0.5] * 3
+    assert search.choose_rule(0, wmap, np.array([False] * 4 + [True] * 3)) is None  # nothing to gain there
+    proposal = search.proposal(0, wmap, rule)
+    assert proposal["coverage_rules"] == [{"bm25_coverage_below": 0.2, "weights": {"dense": 1.0, "bm25": 0.0}}]
+
+    contract = default_contract()
+    cal = as_calibration(True, proposal)
+    direct = calibrated_contract(contract, cal)
+    written = validate_contract(yaml.safe_load(calibrated_text(None, contract, cal)))
+    assert direct.to_dict() == written.to_dict()
+    assert [r.type for r in direct.retrieve.rules] == ["identifier", "cjk", "cjk", None]
+    last = direct.retrieve.rules[-1]
+    assert last.when.bm25_coverage_below == 0.2 and last.weights.as_dict() == {"dense": 1.0, "bm25": 0.0}
+    assert direct.retriever_weights({"other"}, ("dense", "bm25"), 0.1) == {"dense": 1.0}
+    # no rule proposed: the coverage rules go (the choice measured without one)
+    none = calibrated_contract(contract, as_calibration(True, search.proposal(0, wmap)))
+    assert not any(r.signals for r in none.retrieve.rules)
+
+
+@pytest.mark.slow
+def test_calibrate_reports_the_coverage_rule_test_held_out(tiny, fake_embedder):
+    store, qs, path = tiny
+    r = calibrate(store, qs, load_contract(None, [], search=False), embedder=fake_embedder, min_count=3, folds=3)
+    test = r.heldout["coverage_rule"]
+    assert set(test) == {"with", "without", "gain", "p_value"}
+    assert test["gain"] == pytest.approx(test["with"] - test["without"], abs=2e-4)
+    if not r.adopted:  # kept as written: the built-in coverage rules stay in the proposal
+        assert r.proposed["coverage_rules"] == [
+            {"bm25_coverage_below": 0.25, "weights": {"dense": 1.0, "bm25": 0.0}},
+            {"bm25_coverage_below": 0.35, "weights": {"dense": 0.8, "bm25": 0.2}}]
+    elif not (test["gain"] > 0 and test["p_value"] < 0.05):
+        assert r.proposed["coverage_rules"] == []

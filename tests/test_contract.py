@@ -112,6 +112,15 @@ BAD = [
     ({"retrieve": {"fusion": {"weights": {"dense": 0, "bm25": 0}}}}, ["retrieve.fusion.weights", "every weight is 0"]),
     ({"retrieve": {"rules": [{"when": "cjk", "weights": {"dense": 0, "bm25": 0}}]}}, ["retrieve.rules.0.weights"]),
     ({"retrieve": {"rules": [{"when": "foo", "weights": {"dense": 1, "bm25": 0}}]}}, ["retrieve.rules.0.when"]),
+    ({"retrieve": {"rules": [{"when": {"bm25_coverage_below": 0.3, "bm25_covrage": 1}, "weights": {"dense": 1}}]}},
+     ["retrieve.rules.0.when.bm25_covrage", "unknown key"]),
+    ({"retrieve": {"rules": [{"when": {"bm25_coverage_below": 1.5}, "weights": {"dense": 1}}]}},
+     ["retrieve.rules.0.when.bm25_coverage_below", "less than or equal to 1"]),
+    ({"retrieve": {"rules": [{"when": {"bm25_coverage_below": 0}, "weights": {"dense": 1}}]}},
+     ["retrieve.rules.0.when.bm25_coverage_below", "greater than 0"]),
+    ({"retrieve": {"rules": [{"when": {}, "weights": {"dense": 1}}]}}, ["retrieve.rules.0.when", "give a condition"]),
+    ({"retrieve": {"rules": [{"when": {"type": "faq"}, "weights": {"dense": 1}}]}}, ["retrieve.rules.0.when.type"]),
+    ({"retrieve": {"rules": [{"when": ["cjk"], "weights": {"dense": 1}}]}}, ["retrieve.rules.0.when", "mapping"]),
     ({"retrieve": {"fusion": {"weights": {"dense": 1.5}}}}, ["retrieve.fusion.weights.dense"]),
     ({"preprocess": {"thesaurus": {"上下文理解": []}}}, ["preprocess.thesaurus", "上下文理解"]),
     ({"preprocess": {"thesaurus_applies_to": ["rrf"]}}, ["preprocess.thesaurus_applies_to.0"]),
@@ -245,6 +254,38 @@ def test_weights_for_question_types():
     multi = load_contract(None, ["retrieve.model_multilingual=true"])
     assert multi.weights_for({"cjk"}) == pytest.approx((0.7, 0.3))
     assert multi.weights_for({"identifier", "cjk"}) == pytest.approx((0.3, 0.7))
+
+
+COVERAGE_RULE = ("retrieve.rules=[{when: identifier, weights: {dense: 0.3, bm25: 0.7}}, "
+                 "{when: {bm25_coverage_below: 0.3}, weights: {dense: 0.9, bm25: 0.1}}, "
+                 "{when: {type: cjk, bm25_coverage_below: 0.5}, weights: {dense: 0.6, bm25: 0.4}}]")
+
+
+def test_a_coverage_rule_applies_below_its_cut_off_only():
+    c = load_contract(None, [COVERAGE_RULE])
+    two = ("dense", "bm25")
+    assert c.retriever_weights({"other"}, two, 0.1) == pytest.approx({"dense": 0.9, "bm25": 0.1})
+    assert c.retriever_weights({"other"}, two, 0.3) == pytest.approx({"dense": 0.7, "bm25": 0.3})  # not below
+    assert c.retriever_weights({"other"}, two, None) == pytest.approx({"dense": 0.7, "bm25": 0.3})  # unknown
+    assert c.retriever_weights({"other"}, two) == pytest.approx({"dense": 0.7, "bm25": 0.3})
+    # rules are tried in order: the identifier rule comes first whatever the coverage
+    assert c.weights_for({"identifier"}, 0.0) == pytest.approx((0.3, 0.7))
+    assert c.weights_for({"cjk"}, 0.4) == pytest.approx((0.6, 0.4))  # type and coverage both hold
+    assert c.weights_for({"cjk"}, 0.6) == pytest.approx((0.7, 0.3))  # the fusion weights (no plain cjk rule)
+    assert c.rule_for({"cjk"}, two, 0.1) is c.retrieve.rules[1]  # the untyped rule comes first
+    # a mode fusing one retriever ignores the rules
+    assert load_contract(None, [COVERAGE_RULE, "retrieve.fusion.method=dense"]).retriever_weights(
+        {"other"}, two, 0.0) == {"dense": 1.0}
+
+
+def test_a_coverage_rule_round_trips_as_written():
+    c = load_contract(None, [COVERAGE_RULE])
+    rules = yaml.safe_load(dump_yaml(c))["retrieve"]["rules"]
+    assert rules[1] == {"when": {"bm25_coverage_below": 0.3}, "weights": {"dense": 0.9, "bm25": 0.1}}
+    assert rules[2]["when"] == {"type": "cjk", "bm25_coverage_below": 0.5}
+    assert validate_contract(yaml.safe_load(dump_yaml(c))) == c
+    assert [r.type for r in c.retrieve.rules] == ["identifier", None, "cjk"]
+    assert [r.signals for r in c.retrieve.rules] == [False, True, True]
 
 
 def test_weights_are_normalised():

@@ -129,6 +129,49 @@ def test_cjk_rule_leans_on_bm25(sample_store, embedder):
     assert multi.weights == {"dense": 0.7, "bm25": 0.3}
 
 
+PARAPHRASE = "I subscribed while living in Germany three weeks ago. Can I still get reimbursed?"  # sample q050
+COVERED = "Can the agent sync a folder on a network drive?"  # sample q152: BM25 finds its words
+TYPE_RULES_ONLY = ("retrieve.rules=[{when: identifier, weights: {dense: 0.3, bm25: 0.7}}, "
+                   "{when: cjk, weights: {dense: 0.1, bm25: 0.9}}]")
+
+
+def test_a_question_bm25_barely_covers_is_fused_by_the_coverage_rule(sample_store, embedder, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    ans = retrieve(sample_store, contract(f"trace.path={trace}"), PARAPHRASE, embedder=embedder)
+    assert ans.processed.types == ["other"] and ans.weights == {"dense": 1.0}
+    assert ans.rule["when"] == {"bm25_coverage_below": 0.25} and ans.rule["bm25_coverage"] < 0.25
+    assert ans.rule["index"] == 3 and ans.to_dict()["rule"] == ans.rule
+    assert json.loads(trace.read_text())["rule"] == ans.rule
+    dense = retrieve(sample_store, contract("retrieve.fusion.method=dense"), PARAPHRASE, embedder=embedder)
+    assert [h.chunk_id for h in ans.hits] == [h.chunk_id for h in dense.hits]
+    assert dense.rule is None  # a single-retriever method reads no rule
+    # without the rule the same question is fused 0.7 / 0.3, and BM25's noise changes the list
+    plain = retrieve(sample_store, contract(TYPE_RULES_ONLY), PARAPHRASE, embedder=embedder)
+    assert plain.rule is None and plain.weights == {"dense": 0.7, "bm25": 0.3}
+    assert [h.chunk_id for h in plain.hits] != [h.chunk_id for h in ans.hits]
+    covered = retrieve(sample_store, default_contract(), COVERED, embedder=embedder)
+    assert covered.rule is None and covered.weights == {"dense": 0.7, "bm25": 0.3}
+
+
+def test_eval_and_query_fuse_with_the_same_coverage_rule(sample_store, embedder, tmp_path):
+    lines = [x for x in SAMPLE_SET.read_text().splitlines() if '"q050"' in x or '"q152"' in x]
+    path = write(tmp_path / "two.jsonl", "\n".join(lines) + "\n")
+    rule = "retrieve.rules=[{when: {bm25_coverage_below: 0.5}, weights: {dense: 0.0, bm25: 1.0}}]"
+    firsts = {}
+    for sets in ([], [rule]):
+        c = contract(*sets)
+        report = evaluate(sample_store, load_questions(path), EvalConfig(modes=["contract"], ks=[10]), contract=c)
+        for res in report.results:
+            ans = retrieve(sample_store, c, res.question.question, embedder=embedder)
+            got = res.modes["contract"]
+            assert (got.top_doc, got.top_score, got.decision) == (ans.hits[0].doc_id, ans.confidence, ans.decision)
+            assert got.rule == ans.rule and report.to_dict()["per_question"][0]["modes"]["contract"]["rule"] == \
+                report.results[0].modes["contract"].rule
+        firsts[bool(sets)] = {r.question.id: r.modes["contract"].top_doc for r in report.results}
+    # the rule (BM25 alone below 0.5) moved the paraphrase's first hit, not the covered question's
+    assert firsts[True]["q050"] != firsts[False]["q050"] and firsts[True]["q152"] == firsts[False]["q152"]
+
+
 def test_one_sided_candidates_get_their_real_other_score(kb, embedder):
     q = "quuxzebra"
     filled = retrieve(kb, default_contract(), q, embedder=embedder, top_k=8)

@@ -24,8 +24,8 @@ def render(result, console) -> None:
     verdict = "adopted" if result.adopted else "kept the current fusion"
     console.print(f"fusion: {verdict} (gain {h['gain']:+.4f}, p = {h['p_value']:.3f}): {p['method']}"
                   + (f"/{p['normalization']}" if p["method"] == "weighted" else f" k={p['rrf_k']}")
-                  + f", {_weights(p['weights'])}" + "".join(f"; {g}: {_weights(w)}" for g, w in p["group_weights"].items()),
-                  highlight=False)
+                  + f", {_weights(p['weights'])}" + "".join(f"; {g}: {_weights(w)}" for g, w in p["group_weights"].items())
+                  + _coverage_rules(p.get("coverage_rules") or [], h.get("coverage_rule")), highlight=False)
     a = result.answerability or {}
     if a.get("fitted"):
         o, c, ht = a["oof"], a["confidence"], a.get("heldout_thresholds")
@@ -70,6 +70,14 @@ def _retrievers(heldout: dict) -> list[str]:
     from ..contract import RETRIEVER
 
     return [k for k in heldout if RETRIEVER.match(k)]
+
+
+def _coverage_rules(rules, test) -> str:
+    """'; BM25 coverage < 0.3: dense 0.9, bm25 0.1 (coverage rule held out +0.0120, p = 0.010)'."""
+    out = "".join(f"; BM25 coverage < {r['bm25_coverage_below']:g}: {_weights(r['weights'])}" for r in rules)
+    if test and test["gain"]:
+        out += f" (coverage rule held out {test['gain']:+.4f}, p = {test['p_value']:.3f})"
+    return out
 
 
 def _weights(w) -> str:

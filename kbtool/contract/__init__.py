@@ -51,7 +51,7 @@ from .postprocess import (
     Rerank,
     Sensitive,
 )
-from .retrieve import Fusion, Preprocess, Retrieve, Rule, Weights
+from .retrieve import Fusion, Preprocess, Retrieve, Rule, Weights, When
 from .schema import (
     MODEL_FORMAT,
     Access,
@@ -75,7 +75,7 @@ __all__ = [
     "QUESTION_TYPES", "RERANK_KEY_ENV", "RETRIEVER", "RETRIEVERS", "RRF_K",
     "Access", "AnswerabilityModel", "Calibration", "CalibrationRecord", "Compress", "Context", "Contract", "ContractError", "DataSpec", "Decide",
     "Dedup", "Diversity", "Expand", "Freshness", "Fusion", "FusionProposal", "MetadataField", "PlattMap", "Postprocess",
-    "Preprocess", "Recorded", "Refuse", "Rerank", "Retrieve", "Rule", "Sensitive", "Source", "Thresholds", "Trace", "Weights",
+    "Preprocess", "Recorded", "Refuse", "Rerank", "Retrieve", "Rule", "Sensitive", "Source", "Thresholds", "Trace", "Weights", "When",
     "apply_override", "calibrated_contract", "calibrated_text", "check_against_store", "contract_source", "default_contract",
     "dump_yaml", "find_contract", "format_error", "lexicon_path", "load_contract", "validate_contract",
     "yaml_load_plain",

@@ -72,13 +72,16 @@ def _scalar(value) -> str:
 @dataclass(frozen=True)
 class FusionProposal:
     """The fusion calibrate adopted: retriever -> weight over the store's retrievers for an 'other'
-    question (``weights``) and per question type (``group_weights``)."""
+    question (``weights``) and per question type (``group_weights``); ``coverage_rules``
+    ([{bm25_coverage_below, weights}]) replace the contract's untyped BM25-coverage rules (None:
+    they stay as written)."""
 
     method: str
     normalization: str
     rrf_k: int
     weights: dict
     group_weights: dict = field(default_factory=dict)
+    coverage_rules: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -128,13 +131,35 @@ def _fused(retrieve, p: FusionProposal):
     rules = list(retrieve.rules)
     for group, ws in _wanted(p, shared).items():
         matching = [i for i, r in enumerate(rules)
-                    if r.when == group and not _skipped_here(_as_written(r.weights), ws)][:1]
+                    if r.when == group and not _skipped_here(_as_written(r.weights), ws)][:1]  # type rules only
         if not matching and group != "other":
             rules.append(Rule(when=group, weights=Weights.model_validate({n: round(w, 4) for n, w in ws.items()})))
         for i in (i for i in matching if not _fuses_as(_as_written(rules[i].weights), ws)):
             weights = {**_as_written(rules[i].weights), **{n: round(w, 4) for n, w in ws.items()}}
             rules[i] = rules[i].model_copy(update={"weights": Weights.model_validate(weights)})
+    if p.coverage_rules is not None:
+        rules = _with_coverage_rules(rules, p.coverage_rules, lambda r: _when_of(r.model_dump(mode="json")),
+                                     Rule.model_validate)
     return retrieve.model_copy(update={"fusion": retrieve.fusion.model_copy(update=fusion), "rules": rules})
+
+
+def _when_of(rule) -> tuple[str | None, bool]:
+    """(question type, conditions on a signal) of a rule as written (a mapping)."""
+    when = rule.get("when") if hasattr(rule, "get") else None
+    if hasattr(when, "get"):
+        return when.get("type"), when.get("bm25_coverage_below") is not None
+    return when, False
+
+
+def _with_coverage_rules(rules: list, proposed: list, when_of, make) -> list:
+    """``rules`` with their untyped BM25-coverage rules replaced by the proposed ones, where
+    calibrate measured them: after the type rules, before a rule for every 'other' question."""
+    kept = [r for r in rules if when_of(r) != (None, True)]
+    at = next((i for i, r in enumerate(kept) if when_of(r) == ("other", False)), len(kept))
+    new = [make({"when": {"bm25_coverage_below": p["bm25_coverage_below"]},
+                 "weights": {name: round(w, 4) for name, w in _retriever_weights(p["weights"]).items()}})
+           for p in proposed]
+    return [*kept[:at], *new, *kept[at:]]
 
 
 def _as_written(weights: Weights) -> dict:
@@ -210,6 +235,9 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
         for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
             for name, w in ws.items():
                 _put(rule, ["weights", name], round(w, 4))
+    if p.coverage_rules is not None and [_plain(r) for r in rules] != [
+            _plain(r) for r in _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)]:
+        rules[:] = _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)
 
 
 def _write_thresholds(data, cal: Calibration) -> None:

@@ -3,12 +3,12 @@ retrievers and how many candidates, how they are fused (and per detected questio
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from ..errors import ContractError
-from .base import BUNDLED_RETRIEVERS, RETRIEVER, RRF_K, _Strict
+from .base import BUNDLED_RETRIEVERS, QUESTION_TYPES, RETRIEVER, RRF_K, _FieldError, _Strict
 
 
 # ---- 2. preprocess --------------------------------------------------------------------------
@@ -106,9 +106,82 @@ class Fusion(_Strict):
         return v
 
 
+QuestionType = Literal["identifier", "cjk", "other"]
+
+
+class When(_Strict):
+    """A rule's conditions, every one given must hold: the question's detected ``type`` and signals
+    known before fusion. ``bm25_coverage_below``: the best BM25 coverage among the question's
+    candidates (best BM25 score / the score of a chunk holding every query term at its best, 0–1)
+    is below this; never holds without a BM25 index."""
+
+    type: Optional[QuestionType] = Field(None, description="a detected question type")
+    bm25_coverage_below: Optional[float] = Field(
+        None, gt=0, le=1, description="the best BM25 coverage among the candidates is below this (0-1]")
+
+    @model_validator(mode="after")
+    def _some_condition(self):
+        if self.type is None and self.bm25_coverage_below is None:
+            raise ValueError("give a condition: type, bm25_coverage_below or both")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _given(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def __hash__(self):  # a rule's ``when`` keys a mapping as a type name does
+        return hash((self.type, self.bm25_coverage_below))
+
+    def holds(self, types: set[str], bm25_coverage: float | None) -> bool:
+        if self.type is not None and self.type not in types:
+            return False
+        cut = self.bm25_coverage_below
+        return cut is None or (bm25_coverage is not None and bm25_coverage < cut)
+
+
 class Rule(_Strict):
-    when: Literal["identifier", "cjk", "other"] = Field(description="a detected question type")
+    when: Union[QuestionType, When] = Field(
+        description="a detected question type (identifier, cjk, other), or conditions "
+                    "{type: ..., bm25_coverage_below: ...} that must all hold")
     weights: Weights
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _when(cls, v):
+        if isinstance(v, str):
+            if v not in QUESTION_TYPES:
+                raise ValueError(f"unknown question type {v!r}: use {', '.join(QUESTION_TYPES)}, or conditions "
+                                 "{type: ..., bm25_coverage_below: ...}")
+            return v
+        if isinstance(v, dict):
+            try:
+                return When.model_validate(v)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = ".".join(str(p) for p in err["loc"])
+                msg = str(err["msg"]).removeprefix("Value error, ").replace(
+                    "Extra inputs are not permitted", "unknown key (use type or bm25_coverage_below)")
+                if not field:
+                    raise ValueError(msg) from None
+                raise _FieldError(field, msg) from None
+        if isinstance(v, When):
+            return v
+        raise ValueError("give a question type (identifier, cjk, other) or a mapping of conditions")
+
+    @property
+    def type(self) -> str | None:
+        """The question type the rule requires (None: any)."""
+        return self.when if isinstance(self.when, str) else self.when.type
+
+    @property
+    def signals(self) -> bool:
+        """Whether the rule conditions on a signal, not on the question type alone."""
+        return isinstance(self.when, When) and self.when.bm25_coverage_below is not None
+
+    def holds(self, types: set[str], bm25_coverage: float | None = None) -> bool:
+        """Whether it applies to a question of these detected types and this BM25 coverage (None:
+        unknown, and a coverage condition does not hold)."""
+        return self.when in types if isinstance(self.when, str) else self.when.holds(types, bm25_coverage)
 
 
 def _default_rules() -> list[Rule]:
@@ -123,6 +196,13 @@ def _default_rules() -> list[Rule]:
         Rule(when="cjk", weights=Weights(**{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7})),
         # A CJK question on a model not declared multilingual: the vectors carry little meaning.
         Rule(when="cjk", weights=Weights(dense=0.1, bm25=0.9)),
+        # Any other question whose words BM25 barely finds (a paraphrase): BM25's share would pull
+        # the model's ranking down, so dense leads — alone below 0.25, at 0.8 below 0.35 (chosen on
+        # sample, fastapi-docs and Cranfield: the most paraphrase nDCG@10 with no set's overall
+        # nDCG@10 lower; bench/FUSION_RULES.md). Cranfield's long questions sit at 0.2–0.4 and
+        # still gain from BM25: higher cut-offs cost it.
+        Rule(when=When(bm25_coverage_below=0.25), weights=Weights(dense=1.0, bm25=0.0)),
+        Rule(when=When(bm25_coverage_below=0.35), weights=Weights(dense=0.8, bm25=0.2)),
     ]
 
 

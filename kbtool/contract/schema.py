@@ -298,30 +298,31 @@ class Contract(_Strict):
     calibration: Optional[CalibrationRecord] = Field(
         None, description="written by `kbtool calibrate --write`: what this contract was calibrated on, and the result")
 
-    def rule_for(self, types: set[str], available=None):
+    def rule_for(self, types: set[str], available=None, bm25_coverage: float | None = None):
         """The first rule of ``retrieve.rules`` that applies to a question of these detected types
-        (a ``cjk`` rule is skipped for a multilingual model; with ``available``, the retrievers of the
-        store, a rule weighing a bundled retriever it lacks is skipped), or None: ``retrieve.fusion.weights``."""
+        and this BM25 coverage (``query.routing.bm25_coverage``; None: unknown, no coverage condition
+        holds); a ``cjk`` rule is skipped for a multilingual model; with ``available``, the retrievers
+        of the store, a rule weighing a bundled retriever it lacks is skipped. None: ``retrieve.fusion.weights``."""
         for rule in self.retrieve.rules:
-            if rule.when == "cjk" and self.retrieve.model_multilingual:
+            if rule.type == "cjk" and self.retrieve.model_multilingual:
                 continue
             if available is not None and any(w > 0 and r in BUNDLED_RETRIEVERS and r not in available
                                              for r, w in rule.weights.as_dict().items()):
                 continue
-            if rule.when in types:
+            if rule.holds(types, bm25_coverage):
                 return rule
         return None
 
-    def weights_for(self, types: set[str]) -> tuple[float, float]:
-        """(dense, bm25) weights, summing to 1, for a question of these detected types on a store of
-        these two retrievers."""
-        rule = self.rule_for(types, ("dense", "bm25"))
+    def weights_for(self, types: set[str], bm25_coverage: float | None = None) -> tuple[float, float]:
+        """(dense, bm25) weights, summing to 1, for a question of these detected types (and BM25
+        coverage) on a store of these two retrievers."""
+        rule = self.rule_for(types, ("dense", "bm25"), bm25_coverage)
         return (rule or self.retrieve.fusion).weights.normalised()
 
-    def retriever_weights(self, types: set[str], available) -> dict[str, float]:
-        """retriever -> weight (> 0, summing to 1) a question of these detected types is fused with,
-        over the retrievers a store has (``available``): the first matching rule's, else
-        ``retrieve.fusion.weights``; a single-retriever method weighs that one alone."""
+    def retriever_weights(self, types: set[str], available, bm25_coverage: float | None = None) -> dict[str, float]:
+        """retriever -> weight (> 0, summing to 1) a question of these detected types (and BM25
+        coverage) is fused with, over the retrievers a store has (``available``): the first matching
+        rule's, else ``retrieve.fusion.weights``; a single-retriever method weighs that one alone."""
         method = self.retrieve.fusion.method
         if method not in ("weighted", "rrf"):
             if method not in available:
@@ -329,7 +330,7 @@ class Contract(_Strict):
                                     f"(it has {', '.join(available)}): add the model with `kbtool index "
                                     f"--add-model`, or use one of these")
             return {method: 1.0}
-        rule = self.rule_for(types, available)
+        rule = self.rule_for(types, available, bm25_coverage)
         if rule is None:
             return self.retrieve.fusion.weights.over(available)
         return rule.weights.over(available, f"retrieve.rules[{self.retrieve.rules.index(rule)}].weights")

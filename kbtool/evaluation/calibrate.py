@@ -17,6 +17,10 @@ Choosing:
   mixed CJK + identifier question). A group (identifier, cjk) with at least ``min_count``
   answerable questions gets its own weights (a rule, appended when the contract has none), a
   smaller one keeps its rule as written, the others share the global weights;
+- a rule on BM25 coverage (``when: {bm25_coverage_below: C}``, placed after the type rules: it
+  fuses the questions of the shared groups whose best BM25 coverage is below C) at another grid
+  point, C in ``COVERAGE_CUTS``: chosen on the same training folds after the fusion, kept only
+  when its held-out gain over the same choice without it is significant (p < alpha);
 - seeded k-fold cross-validation: each question is scored by the setting chosen on the other
   folds; the held-out mean is compared with the current contract's and the best single retriever's
   (of every retriever of the store, picked as eval picks it: ``compare.best_single``)
@@ -62,6 +66,7 @@ WEIGHTS = tuple(round(w / 10, 1) for w in range(11))  # the dense weights of the
 TWO = ("dense", "bm25")
 MAX_GRID = 80  # weight vectors per setting, at most (a coarser step beyond)
 GROUPS = (*TYPED, "other")
+COVERAGE_CUTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)  # cut-offs of a bm25_coverage_below rule calibrate tries
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ def as_calibration(adopted: bool, proposed: dict, thresholds: dict | None = None
 
     as_thresholds = lambda t: Thresholds(answer=t["answer"], low_confidence=t["low_confidence"])  # noqa: E731
     fusion = FusionProposal(proposed["method"], proposed["normalization"], proposed["rrf_k"], proposed["weights"],
-                            proposed.get("group_weights") or {}) if adopted else None
+                            proposed.get("group_weights") or {}, proposed.get("coverage_rules")) if adopted else None
     return Calibration(
         fusion=fusion, thresholds=as_thresholds(thresholds["default"]) if thresholds else None,
         tiers={n: as_thresholds(t) for n, t in thresholds["tiers"].items()} if thresholds else {},
@@ -308,6 +313,10 @@ class Search:
         self.fixed = {g: normalised(weights_of(contract, {g}, self.retrievers), self.retrievers) for g in existing
                       if g not in self.own}
         self.shared_groups = [g for g in GROUPS if g not in self.own and g not in self.fixed]
+        from ..query.routing import bm25_coverage
+
+        cov = [bm25_coverage(it.c) for it in items]
+        self.coverage = np.array([np.nan if c is None else c for c in cov], dtype=float)  # NaN: below no cut-off
         self.S = np.zeros((len(CONFIGS), len(self.grid), len(items)))
         self.F = np.full((len(CONFIGS), len(items)), np.nan)
         total, done = len(CONFIGS) * len(self.grid), 0
@@ -345,19 +354,48 @@ class Search:
                 best = (total_score, ci, wmap)
         return best[1], best[2]
 
-    def per_question(self, ci: int, wmap: dict[str, int]) -> np.ndarray:
-        """Each question's score under config ``ci`` with these group weights."""
-        return np.array([self.F[ci, qi] if g in self.fixed else self.S[ci, wmap[g], qi]
-                         for qi, g in enumerate(self.groups)])
+    def per_question(self, ci: int, wmap: dict[str, int], rule: tuple[float, int] | None = None) -> np.ndarray:
+        """Each question's score under config ``ci`` with these group weights, and with a coverage
+        rule ``(cut-off, grid point)`` fusing the shared groups' questions below the cut-off."""
+        out = np.array([self.F[ci, qi] if g in self.fixed else self.S[ci, wmap[g], qi]
+                        for qi, g in enumerate(self.groups)])
+        if rule is not None:
+            low = self._low(rule[0])
+            out[low] = self.S[ci, rule[1], low]
+        return out
 
-    def proposal(self, ci: int, wmap: dict[str, int]) -> dict:
-        """The proposal: fusion, ``weights`` (retriever -> weight, what an 'other' question gets)
-        and ``group_weights`` (type -> {retriever -> weight}), over the store's retrievers."""
+    def _low(self, cut: float) -> np.ndarray:
+        """The questions a coverage rule placed after the type rules fuses: of a shared group (fused
+        by fusion.weights), best BM25 coverage below ``cut``."""
+        with np.errstate(invalid="ignore"):
+            return np.isin(self.groups, self.shared_groups) & (self.coverage < cut)
+
+    def choose_rule(self, ci: int, wmap: dict[str, int], train: np.ndarray) -> tuple[float, int] | None:
+        """The coverage rule (cut-off, grid point) that raises the objective most on the training
+        questions under config ``ci`` and these group weights; None when none raises it."""
+        base, best = self.per_question(ci, wmap), None
+        gain = 1e-9
+        for cut in COVERAGE_CUTS:
+            low = train & self._low(cut)
+            if not low.any():
+                continue
+            sums = self.S[ci][:, low].sum(axis=1) - base[low].sum()
+            wi = int(np.argmax(sums))  # ties: the first point of the grid
+            if sums[wi] > gain:
+                best, gain = (cut, wi), float(sums[wi])
+        return best
+
+    def proposal(self, ci: int, wmap: dict[str, int], rule: tuple[float, int] | None = None) -> dict:
+        """The proposal: fusion, ``weights`` (retriever -> weight, what an 'other' question gets),
+        ``group_weights`` (type -> {retriever -> weight}), over the store's retrievers, and
+        ``coverage_rules`` (the rule on BM25 coverage, [{bm25_coverage_below, weights}], or [])."""
         cfg = CONFIGS[ci]
         groups = {g: dict(self.grid[wmap[g]]) for g in self.own}
         groups.update({g: dict(w) for g, w in self.fixed.items()})  # too few questions: the contract's rule
         return {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k,
-                "weights": dict(self.grid[wmap["other"]]), "group_weights": groups}
+                "weights": dict(self.grid[wmap["other"]]), "group_weights": groups,
+                "coverage_rules": [] if rule is None else [{"bm25_coverage_below": rule[0],
+                                                            "weights": dict(self.grid[rule[1]])}]}
 
     def curves(self, ci: int) -> dict:
         """Per group, the mean objective over the grid under config ``ci``. With dense + bm25:
@@ -434,17 +472,28 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
 
     rng = np.random.default_rng(seed)
     fold_of = rng.permutation(len(ans_items)) % folds
-    heldout = np.zeros(len(ans_items))
+    heldout, plain = np.zeros(len(ans_items)), np.zeros(len(ans_items))  # with / without a coverage rule
     for f in range(folds):
         test = fold_of == f
         ci, wmap = search.choose(~test)
-        heldout[test] = search.per_question(ci, wmap)[test]
-    ci, wmap = search.choose(np.ones(len(ans_items), dtype=bool))
+        plain[test] = search.per_question(ci, wmap)[test]
+        heldout[test] = search.per_question(ci, wmap, search.choose_rule(ci, wmap, ~test))[test]
+    everyone = np.ones(len(ans_items), dtype=bool)
+    ci, wmap = search.choose(everyone)
     chosen_cfg = CONFIGS[ci]
+    rule = search.choose_rule(ci, wmap, everyone)
+    rule_p = _paired_p(heldout, plain, seed=seed)
+    rule_gain, with_rule = float(heldout.mean() - plain.mean()), float(heldout.mean())
+    notes = []
+    if rule is not None and not (rule_gain > 0 and rule_p < alpha):
+        notes.append(f"no bm25_coverage_below rule: held-out {objective} {heldout.mean():.4f} with one vs "
+                     f"{plain.mean():.4f} without (p = {rule_p:.3f}, needs p < {alpha} and a gain)")
+        rule, heldout = None, plain
+    elif rule is None:
+        heldout = plain
     p_value = _paired_p(heldout, current_scores, seed=seed)
     gain = float(heldout.mean() - current_scores.mean())
     adopted = gain > 0 and p_value < alpha
-    notes = []
     if not adopted:
         notes.append(f"kept the current fusion: held-out {objective} {heldout.mean():.4f} vs current "
                      f"{current_scores.mean():.4f} (p = {p_value:.3f}, needs p < {alpha} and a gain)")
@@ -454,7 +503,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                          + ("is tuned (the contract's rule is kept)" if g in search.fixed else "(it shares the global one)"))
 
     current = _current_fusion(contract, search.retrievers)
-    proposed = search.proposal(ci, wmap) if adopted else current
+    proposed = search.proposal(ci, wmap, rule) if adopted else current
     # The answerability model, fitted on the signals under the fusion that will be written; the
     # thresholds from each question's out-of-fold P(answerable) (without a model: its confidence).
     final = written_contract(contract, adopted, proposed) if adopted else contract
@@ -500,7 +549,10 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                  "best_single": round(float(singles[best_single].mean()), 4), "best_single_name": best_single,
                  **{m: round(float(s.mean()), 4) for m, s in singles.items()},  # each retriever alone
                  "gain": round(gain, 4), "p_value": round(p_value, 4), "alpha": alpha,
-                 "chosen_in_sample": round(float(search.per_question(ci, wmap).mean()), 4)},
+                 "chosen_in_sample": round(float(search.per_question(ci, wmap, rule).mean()), 4),
+                 # the coverage rule's own test: the same choice with and without it, held out
+                 "coverage_rule": {"with": round(with_rule, 4), "without": round(float(plain.mean()), 4),
+                                   "gain": round(rule_gain, 4), "p_value": round(rule_p, 4)}},
         weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
         model=None if model is None else model.model_dump(mode="json"), answerability=answerability,
     )
@@ -534,7 +586,10 @@ def _current_fusion(contract, retrievers=TWO) -> dict:
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,
             "weights": normalised(weights_of(contract, {"other"}, retrievers), retrievers),
             "group_weights": {g: normalised(weights_of(contract, {g}, retrievers), retrievers) for g in TYPED
-                              if rule_applied(contract, [[g]]) == [g]}}
+                              if rule_applied(contract, [[g]]) == [g]},
+            "coverage_rules": [{"bm25_coverage_below": r.when.bm25_coverage_below,
+                                "weights": normalised(r.weights, retrievers)}
+                               for r in contract.retrieve.rules if r.signals and r.type is None]}
 
 
 def _paired_p(a: np.ndarray, b: np.ndarray, *, seed: int, permutations: int = 10000) -> float:

@@ -77,6 +77,7 @@ class ModeResult:
     decision: str = ""  # answer | low_confidence | refuse: the contract's, or the --threshold's
     signals: dict = field(default_factory=dict)  # the answerability signals decide saw (Answer.signals)
     distinct: dict = field(default_factory=dict)  # "distinct@K" -> distinct documents in the top K hits
+    rule: dict | None = None  # the retrieve.rules entry that fused it (Answer.rule)
 
 
 @dataclass
@@ -267,7 +268,7 @@ class EvalReport:
                  "answerable": r.question.answerable, "level": r.level,
                  "modes": {m: {"first_relevant_rank": mr.first_relevant_rank, "top_score": mr.top_score,
                                "top_doc": mr.top_doc, "refused": mr.refused, "decision": mr.decision,
-                               "signals": mr.signals,
+                               "signals": mr.signals, "rule": mr.rule,
                                "distinct": mr.distinct,
                                "metrics": {k: round(v, 6) for k, v in mr.metrics.items()}}
                            for m, mr in r.modes.items()}}
@@ -343,7 +344,7 @@ def evaluate(store, qs: QuestionSet, config: EvalConfig | None = None, *, retrie
                 ranking, unit_scores, qrels, top, refused, first,
                 {n: score(n, ranking, qrels) for n in names} if q.answerable else {},
                 hits[0].doc_id if hits else None, decision, dict(getattr(ans, "signals", None) or {}),
-                {f"distinct@{k}": distinct([h.doc_id for h in hits], k) for k in config.ks},
+                {f"distinct@{k}": distinct([h.doc_id for h in hits], k) for k in config.ks}, getattr(ans, "rule", None),
             )
         results.append(QuestionResult(q, level, modes))
     from ..access import access_tags

@@ -60,11 +60,12 @@ class Answer:
     trace: dict = field(default_factory=dict)
     signals: dict = field(default_factory=dict)  # answerability signals (query.signals), what decide saw
     conflicts: list | None = None  # postprocess.freshness.prefer set: sources that differ (query.freshness)
+    rule: dict | None = None  # the retrieve.rules entry that fused it ({index, when, bm25_coverage}); None: fusion.weights
 
     def to_dict(self, with_trace: bool = False) -> dict:
         out = {
             "question": self.question, "processed": self.processed.to_dict(), "method": self.method,
-            "weights": self.weights, "decision": self.decision, "confidence": self.confidence,
+            "weights": self.weights, "rule": self.rule, "decision": self.decision, "confidence": self.confidence,
             "tier": self.tier, "thresholds": self.thresholds, "explanation": self.explanation,
             "filters": self.filters, "signals": self.signals, "hits": [h.to_dict() for h in self.hits],
             "context": self.context,

@@ -23,7 +23,7 @@ from .candidates import Candidates, Gatherer
 from .fusion import fuse
 from .postprocess import NearDuplicates
 from .preprocess import preprocess
-from .routing import gathered_for, needed_retrievers, store_retrievers
+from .routing import bm25_coverage, gathered_for, needed_retrievers, store_retrievers
 from .scope import Scope, scope
 from .stages import STAGES, AnswerState, Window, run
 from .tokens import count_tokens_for, token_spans
@@ -63,7 +63,8 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     t0 = time.perf_counter()
     p = cands.processed
     available = store_retrievers(store)
-    weights = contract.retriever_weights(set(p.types), available)
+    cov = bm25_coverage(cands)  # a signal known before fusion: a rule may condition on it
+    weights = contract.retriever_weights(set(p.types), available, cov)
     sens = contract.postprocess.sensitive.rules()  # postprocess.sensitive (kbtool.sensitive)
     st = AnswerState(
         store, contract, cands, sc, tags, count_tokens, explain, near, weights,
@@ -76,12 +77,26 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     th = st.thresholds
     return Answer(
         question=p.raw, processed=p, weights={r: round(w, 4) for r, w in weights.items()},
-        hits=st.hits, decision=st.decision, confidence=st.top, tier=st.tier,
+        rule=fusion_rule(contract, set(p.types), available, cov), hits=st.hits, decision=st.decision,
+        confidence=st.top, tier=st.tier,
         thresholds={"answer": th.answer, "low_confidence": th.low_confidence},
         explanation=st.explanation, context=st.context, method=contract.retrieve.fusion.method, filters=sc.filters,
         trace=answer_trace(st, time.perf_counter() - t0) if with_trace else {}, signals=st.signals,
         conflicts=st.conflicts,
     )
+
+
+def fusion_rule(contract, types: set[str], available, cov: float | None) -> dict | None:
+    """Which rule of ``retrieve.rules`` fused the question (its index and ``when``) and the BM25
+    coverage it read; None when ``retrieve.fusion.weights`` did (or a single-retriever method)."""
+    if contract.retrieve.fusion.method not in ("weighted", "rrf"):
+        return None
+    rule = contract.rule_for(types, available, cov)
+    if rule is None:
+        return None
+    when = rule.when if isinstance(rule.when, str) else rule.when.model_dump()
+    return {"index": next(i for i, r in enumerate(contract.retrieve.rules) if r is rule), "when": when,
+            "bm25_coverage": None if cov is None else round(cov, 4)}
 
 
 def _fused(contract, cands: Candidates, weights: dict[str, float]) -> list[tuple[str, float]]:

@@ -1,9 +1,12 @@
 """Which retrievers a query runs: the store's, those the contract's fusion weighs, and the rule
-that fuses a question of given types."""
+that fuses a question of given types (and signals known before fusion: ``bm25_coverage``)."""
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
+
+import numpy as np
 
 
 # The signals (query.signals) each kind of retriever's candidates give a value; without it they
@@ -23,7 +26,7 @@ def needed_retrievers(contract, store=None, types: set[str] | None = None, avail
     method = contract.retrieve.fusion.method
     if method in ("weighted", "rrf"):
         groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "other")]
-        used = {r for g in groups for r in contract.retriever_weights(g, available)}
+        used = {r for g in groups for cov in coverages(contract) for r in contract.retriever_weights(g, available, cov)}
         if store is None or store.has_bm25():
             used.add("bm25")  # the signals of every question read BM25 (no model call)
         return tuple(r for r in available if r in used or (r == "bm25" and store is None))
@@ -42,9 +45,31 @@ def gathered_for(store, contracts) -> tuple[str, ...]:
 
 
 def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:
-    """For each question's detected types, which rule fuses it: the ``when`` of the rule
-    ``Contract.rule_for`` picks (the one choice ``weights_for`` also makes), or 'other'."""
-    return [getattr(contract.rule_for(set(types)), "when", "other") for types in types_of]
+    """For each question's detected types, which type rule fuses it: the type of the rule
+    ``Contract.rule_for`` picks when no signal is known (the one choice ``weights_for`` also makes),
+    or 'other'. Rules on signals (``bm25_coverage_below``) are not consulted."""
+    return [getattr(contract.rule_for(set(types)), "type", None) or "other" for types in types_of]
+
+
+def bm25_coverage(cands) -> float | None:
+    """The best BM25 coverage among a question's candidates: the best BM25 score over
+    ``bm25_bound`` (the score of a chunk holding every query term at its best), in [0, 1]; what a
+    rule's ``bm25_coverage_below`` reads. None when BM25 did not run (no index)."""
+    if "bm25" not in cands.retrievers:
+        return None
+    scores = cands.bm25
+    best = float(np.nanmax(scores)) if len(scores) and not np.isnan(scores).all() else 0.0
+    if cands.bm25_bound <= 0 or not math.isfinite(best) or best <= 0:
+        return 0.0
+    return min(1.0, best / cands.bm25_bound)
+
+
+def coverages(contract) -> tuple[float | None, ...]:
+    """BM25 coverages under which every rule that can fuse a question is first: unknown, and each
+    side of every ``bm25_coverage_below`` cut-off (what a question may be fused with, before its
+    candidates are known)."""
+    cuts = sorted({r.when.bm25_coverage_below for r in contract.retrieve.rules if r.signals})
+    return (None, 0.0, *cuts) if cuts else (None,)
 
 
 def store_retrievers(store) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ def write_trace(path: str | Path, answers: list[Answer], contract, seconds: floa
                     "contract_version": contract.contract_version, **({"caller": caller} if caller else {}),
                     "question": a.question,
                     "processed": a.processed.to_dict(), "types": a.processed.types, "weights": a.weights,
+                    "rule": a.rule,
                     "method": a.method, "filters": a.filters, **a.trace,
                     "hits": [[h.chunk_id, h.score, h.confidence] for h in a.hits],
                     "decision": a.decision, "confidence": a.confidence, "tier": a.tier, "signals": a.signals,
