@@ -41,7 +41,10 @@ BEFORE = ["decide.model={coefficients: {relevance: 0.0, cosine: 0.0, coverage: 0
           "calibration: {slope: 0.973155, offset: 0.952431}}",
           "decide.thresholds={answer: 0.9116, low_confidence: 0.6905}",
           "decide.tiers={identifier: {answer: 0.7006, low_confidence: 0.7006}}",
-          "decide.refuse.needs_evidence=false"]
+          "decide.refuse.needs_evidence=false",
+          # and its fusion: the type rules only (no rule on BM25 coverage yet)
+          "retrieve.rules=[{when: identifier, weights: {dense: 0.3, bm25: 0.7}}, "
+          "{when: cjk, weights: {dense: 0.0, bm25: 0.3, 'dense:use-m': 0.7}}, {when: cjk, weights: {dense: 0.1, bm25: 0.9}}]"]
 FITTED_ON = ("sample", "fastapi-docs")  # the built-in model's sets; the others are held out
 
 
@@ -182,8 +185,8 @@ def _pct(n: int, d: int) -> str:
 def markdown(r: dict) -> str:
     lines = [f"# Refusal benchmark ({r['date']}, {r['machine']})", "",
              "Produced by `.venv/bin/python bench/answerability.py`; numbers from one run. *Before*: the built-in "
-             "contract at 5731b21 (model of 2026-12-01, every question below the refuse threshold refused). *After*: "
-             "named-thing signals, the model refitted on sample + fastapi-docs (`bench/builtin_model.py`), refuse "
+             "contract at 5731b21 (model of 2026-12-01, every question below the refuse threshold refused, type rules only). *After*: "
+             "fusion rules on BM25 coverage (`bench/FUSION_RULES.md`), named-thing signals, the model refitted on sample + fastapi-docs (`bench/builtin_model.py`), refuse "
              "only on evidence of absence (`decide.refuse`). **typer-docs was held out**: nothing was fitted or "
              "chosen on it. AUC of P(answerable), leave-one-set-out: for sample and fastapi-docs the model fitted "
              "on the other set alone; for typer-docs the built-in model.", "",

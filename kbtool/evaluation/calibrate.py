@@ -661,7 +661,7 @@ def _answerability(contract, items, *, folds: int, seed: int, source: str, qs, m
         fitted_on["mix_shift"] = round(shift, 4)
         report["notes"].append(f"P(answerable) is fitted on {n_ans} answerable and {n_un} unanswerable questions, "
                                f"generated ones included, and shifted ({shift:+.2f} in logit) to mean what it says at "
-                               + (f"this set's mix" if (yr == 0).sum() >= neg.MIN_REAL
+                               + ("this set's mix" if (yr == 0).sum() >= neg.MIN_REAL
                                   else f"{neg.ANSWERABLE_SHARE:.0%} answerable questions (the built-in model's mix)"))
     if w is not None and prior is not None:
         fitted_on["shrinkage"] = report["shrinkage"] = {"weight": round(w, 4), "n0": neg.SHRINK_N0,
