@@ -183,7 +183,7 @@ def test_store_and_context_block_keep_the_markdown(tmp_path):
 
 @pytest.mark.slow
 def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tmp_path, monkeypatch):
-    import kbtool.ingestion.mdcode as mdcode
+    import kbtool.ingestion.markdown as markdown
     import kbtool.ingestion.pipeline as pipeline
 
     docs = tmp_path / "docs"
@@ -193,7 +193,9 @@ def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tm
     kb = tmp_path / "kb"
     # The store as the previous release wrote it: code rendered as plain text, no parser version.
     with monkeypatch.context() as m:
-        m.setattr(mdcode, "extensions", lambda: ["tables", "fenced_code"])
+        plain = markdown.inline_text
+        m.setattr(markdown, "inline_text", lambda token, heading=False: plain(token, heading=True))
+        m.setattr(markdown, "_fenced", lambda token: token.content.rstrip("\n"))
         m.setattr(pipeline, "PARSER_VERSIONS", {})
         _ingest(docs, kb)
     from kbtool.store import Store

@@ -59,8 +59,10 @@ def size_limit(path: Path, max_bytes: int | None = None) -> int:
 TEXT_TYPES = {"md", "txt", "html", "csv"}
 # Raised when a type's parsing changes what it gives: part of each document's parse options, so an
 # existing store re-parses those documents (chunks whose text stays the same keep their vectors).
-# md 2: code keeps its Markdown (inline backticks, fences and language; see mdcode.py).
-PARSER_VERSIONS = {"md": 2}
+# md 2: code keeps its Markdown (inline backticks, fences and language).
+# md 3: markdown-it-py (markdown.py): Markdown inside HTML containers kept, headings nested by the
+# levels present, lines from the source map.
+PARSER_VERSIONS = {"md": 3}
 NO_LANGUAGES = [""]  # unstructured: no language detection (kbtool never reads metadata.languages)
 # Plain text and Markdown longer than this are partitioned in pieces of about this size (characters).
 # unstructured's text partitioner is slower per MB on bigger inputs: 100k-character pieces parsed 2 MB
@@ -250,43 +252,9 @@ def _markdown_cuts(lines: list[str], size: int) -> list[int]:
 
 def _partition(filetype: str, data: bytes, name: str, encoding: str | None, markup: MarkupContext | None = None,
                path: Path | None = None, extra: dict | None = None, progress=None) -> list[Block]:
-    _use_blank_spacy()
     if filetype == "md":
-        from unstructured.partition.md import partition_md
-
-        from .markup import MarkupRules, clean_markdown, plain_heading
-        from .mdcode import extensions
-
-        source = decode_text(data, name, encoding)
-        ctx = markup or MarkupContext()
-        cleaned = clean_markdown(source, ctx.rules or MarkupRules(), doc_path=path, ingest_root=ctx.ingest_root,
-                                 include_root=ctx.include_root, excluded=ctx.excluded)
-        if extra is not None:
-            extra["cleaned"] = cleaned
-        if not cleaned.text.strip():
-            # Only front matter: its title is what the document says.
-            return [Block("title", cleaned.title, [cleaned.title], None, 0, (1, 1))] if cleaned.title else []
-        blocks = []
-        lines = cleaned.text.split("\n")
-        cuts = [0] + _markdown_cuts(lines, MARKDOWN_PIECE_CHARS) + [len(lines)]
-        done = 0
-        for a, b in zip(cuts, cuts[1:]):
-            piece = "\n".join(lines[a:b])
-            piece_blocks = elements_to_blocks(partition_md(text=piece, languages=NO_LANGUAGES, extensions=extensions()),
-                                              stack=blocks[-1].section if blocks else None)
-            locate_lines(piece_blocks, piece, cleaned.line_map[a:b], a)
-            blocks.extend(piece_blocks)
-            done += len(piece) + 1
-            if progress and len(cuts) > 2:
-                progress(min(done, len(cleaned.text)), len(cleaned.text))
-        pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
-        for b in blocks:
-            if b.kind == "title":
-                key = plain_heading(b.text)
-                k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
-                if k is not None:
-                    b.anchor = pending.pop(k)[1]
-        return blocks
+        return _partition_markdown(data, name, encoding, markup, path, extra, progress)
+    _use_blank_spacy()
     if filetype == "html":
         from unstructured.partition.html import partition_html
 
@@ -325,6 +293,46 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
     if filetype == "pdf":
         return _partition_pdf(data)
     raise ParseError(f"unsupported file type {filetype!r}")
+
+
+def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: MarkupContext | None,
+                        path: Path | None, extra: dict | None, progress=None) -> list[Block]:
+    """Markdown: cleaned (markup.py), then parsed by markdown-it-py (markdown.py), in pieces cut at
+    headings when it is very big (progress inside the file)."""
+    from .markdown import parse_blocks
+    from .markup import MarkupRules, clean_markdown, plain_heading
+
+    source = decode_text(data, name, encoding)
+    ctx = markup or MarkupContext()
+    cleaned = clean_markdown(source, ctx.rules or MarkupRules(), doc_path=path, ingest_root=ctx.ingest_root,
+                             include_root=ctx.include_root, excluded=ctx.excluded)
+    if extra is not None:
+        extra["cleaned"] = cleaned
+    if not cleaned.text.strip():
+        # Only front matter: its title is what the document says.
+        return [Block("title", cleaned.title, [cleaned.title], None, 0, (1, 1))] if cleaned.title else []
+    blocks: list[Block] = []
+    lines = cleaned.text.split("\n")
+    cuts = [0] + _markdown_cuts(lines, MARKDOWN_PIECE_CHARS) + [len(lines)]
+    done, headings, title = 0, None, None
+    for a, b in zip(cuts, cuts[1:]):
+        piece = "\n".join(lines[a:b])
+        piece_blocks, headings, piece_title = parse_blocks(piece, cleaned.line_map, headings=headings, offset=a)
+        title = title or piece_title
+        blocks.extend(piece_blocks)
+        done += len(piece) + 1
+        if progress and len(cuts) > 2:
+            progress(min(done, len(cleaned.text)), len(cleaned.text))
+    if extra is not None:
+        extra["title"] = title
+    pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
+    for b in blocks:
+        if b.kind == "title":
+            key = plain_heading(b.text)
+            k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
+            if k is not None:
+                b.anchor = pending.pop(k)[1]
+    return blocks
 
 
 def _partition_pdf(data: bytes) -> list[Block]:
@@ -484,6 +492,8 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ParseError(f"could not parse as {filetype}: {msg}") from exc
     if not blocks:
+        if filetype in TEXT_TYPES:  # markup, components, comments only: nothing a reader sees
+            raise EmptyDocumentError("no text")
         raise ParseError("no text found")
     cleaned = extra.get("cleaned")
     doc = ParsedDocument(
@@ -492,7 +502,8 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
     )
     if cleaned is not None:
         doc.metadata = dict(cleaned.metadata)
-        doc.title = cleaned.title or doc.title
+        # Only a `#` heading (or the front matter) names a Markdown page, never its first `##`.
+        doc.title = cleaned.title or extra.get("title") or title_from([], doc_id)
         doc.markup_stats = dict(cleaned.stats)
         doc.includes = dict(cleaned.includes)
         doc.missing_includes = list(cleaned.missing_includes)
