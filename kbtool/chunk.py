@@ -19,6 +19,7 @@ from typing import Callable
 
 from .document import Block, embed_text
 from .errors import UsageError
+from .markdown import split_fenced
 
 Counter = Callable[[str], int]
 SEP = " > "
@@ -189,9 +190,6 @@ def _piece_lines(unit: _Unit, offset: int, length: int) -> tuple[int, int] | Non
     return (min(a, last), min(max(a, b), last))
 
 
-_FENCED = re.compile(r"((?:`{3,}|~{3,})[^\n]*)\n(.*)\n([`~]{3,})[ \t]*", re.DOTALL)  # a fenced code block's text
-
-
 def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int, int]]:
     """Pieces of one unit as (text, offset in the unit, length of the unit text it covers)."""
     if unit.kind == "table":
@@ -207,10 +205,10 @@ def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> lis
             cursor = off + len(piece)
             out.append((header + "\n" + piece if rows else piece, off, len(piece)))
         return out
-    fenced = _FENCED.fullmatch(unit.text) if unit.kind == "code" else None
+    fenced = split_fenced(unit.text) if unit.kind == "code" else None
     if fenced:
         # A fenced block too big for one chunk: split by lines, each piece in the block's fences.
-        opening, body, closing = fenced.group(1), fenced.group(2), fenced.group(3)
+        opening, body, closing = fenced
         room = max(budget - (count(opening + "\n" + closing) - count("")), budget // 2)
         out, cursor = [], len(opening) + 1
         for piece in _splitter(room, params.overlap, count, ["\n"]).split_text(body):

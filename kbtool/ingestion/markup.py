@@ -17,6 +17,9 @@ rules in force are part of every document's parse options, so a change re-parses
 * ``code_html``: HTML inside code blocks (terminal transcripts as ``<span style=...>``) is reduced
   to its text.
 * ``diagrams``: mermaid blocks keep their first lines only, so they cannot crowd out prose.
+* ``mdx``: MDX (Docusaurus) as its site shows it: ``import``/``export`` statements and ``{/* comments */}``
+  go (a heading's ``{/* #id */}`` is its anchor), and a ```` ```mdx-code-block ```` fence is live
+  MDX, not code: its fences go and its content is read as Markdown.
 
 Every output line remembers the source line it came from (``line_map``), for citations.
 """
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
-RULES = ("front_matter", "anchors", "admonitions", "includes", "code_html", "diagrams")
+RULES = ("front_matter", "anchors", "admonitions", "includes", "code_html", "diagrams", "mdx")
 DIAGRAM_LINES = 8
 INCLUDE_MAX_BYTES = 256 * 1024
 RESERVED = {"doc_id", "filetype", "dir", "page", "index_hash",
@@ -50,6 +53,8 @@ _SNIPPET_BLOCK = re.compile(r"^\s*-{1,3}8<-{1,3}\s*$")  # a block form: file nam
 _TAG = re.compile(r"</?(?:span|font|div|br|b|i|u|strong|em|code|pre|a|samp|kbd)(?:\s[^<>]*)?/?>", re.IGNORECASE)
 _TAG_LANGS_KEPT = {"html", "xml", "svg", "jsx", "tsx", "vue", "svelte", "markdown", "md", "htm", "xhtml", "php",
                    "erb", "jinja", "jinja2", "django", "handlebars", "astro", "mdx"}
+_ESM = re.compile(r"""^(?:import\s+(?:[\w$*{}\s,]+\s+from\s+)?["'][^"']+["'];?|export\s+(?:const|let|var|function|default|\{)\b.*)\s*$""")
+_JSX_COMMENT = re.compile(r"\s*\{/\*\s*(.*?)\s*\*/\}")
 _PYMDOWN_OPTION = re.compile(r"^\s{4,}[\w-]+:\s*\S")
 _LANG = {".py": "python", ".js": "javascript", ".ts": "typescript", ".sh": "bash", ".json": "json",
          ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".html": "html", ".css": "css", ".go": "go",
@@ -273,6 +278,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
     mkdocs: list[int] = []  # indents of open MkDocs admonition / content tab bodies
     github = False
     snippet_block = False
+    mdx_blocks: list[str] = []  # open ```mdx-code-block fences (their content is Markdown)
 
     def strip_attrs(title: str) -> str:
         a = _ATTRS.search(title)
@@ -335,6 +341,30 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                 stats["code_html_lines"] = stats.get("code_html_lines", 0) + 1
             out.add(line, src)
             continue
+
+        # ---- MDX: live code blocks, ESM statements, JSX comments ---------------------------
+        if rules.on("mdx"):
+            if mdx_blocks and line.strip() and line.strip() == mdx_blocks[-1][0] * len(line.strip()) \
+                    and len(line.strip()) >= len(mdx_blocks[-1]):
+                mdx_blocks.pop()
+                continue
+            f = _FENCE.match(line)
+            if f and f.group(3).lower() == "mdx-code-block":
+                mdx_blocks.append(f.group(2))
+                stats["mdx_blocks"] = stats.get("mdx_blocks", 0) + 1
+                continue
+            if _ESM.match(line):
+                stats["mdx_statements"] = stats.get("mdx_statements", 0) + 1
+                continue
+            if "{/*" in line:
+                for c in _JSX_COMMENT.finditer(line):
+                    if _HEADING.match(line) and c.group(1).startswith("#"):
+                        cleaned.anchors.append((plain_heading(_JSX_COMMENT.sub("", line).lstrip("#").strip()),
+                                                c.group(1)[1:].strip()))
+                line = _JSX_COMMENT.sub("", line)
+                if not line.strip():
+                    out.add("", src)
+                    continue
 
         # ---- includes ----------------------------------------------------------------------
         if rules.on("includes"):

@@ -32,7 +32,7 @@ from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsin
 from ..errors import EmptyDocumentError, ParseError
 
 SUPPORTED = {
-    ".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
+    ".md": "md", ".markdown": "md", ".mdx": "md", ".txt": "txt", ".text": "txt", ".html": "html",
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
 }
 # Bytes: larger files are skipped unless ingest's max_file_size (--max-file-size) sets one limit for
@@ -224,25 +224,22 @@ def _paragraph_grouper(text: str):
     return new_line_grouper if empty / len(lines) < 0.1 else blank_line_grouper
 
 
-_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_MD_HEADING = re.compile(r"^#{1,6}(?:[ \t]|$)")
-
-
 def _markdown_cuts(lines: list[str], size: int) -> list[int]:
     """Line numbers that cut Markdown into pieces of about ``size`` characters: at an ATX heading
     after a blank line, outside code fences (no list, table, paragraph or code block spans one)."""
+    from ..markdown import HEADING_LINE, closes, fence_of
+
     cuts: list[int] = []
     fence: str | None = None
     since = 0
     blank = True
     for n, line in enumerate(lines):
-        m = _MD_FENCE.match(line)
         if fence:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip().strip(fence[0]):
+            if closes(line, fence):
                 fence = None
-        elif m:
-            fence = m.group(1)
-        elif since >= size and blank and _MD_HEADING.match(line):
+        elif fence_of(line):
+            fence = fence_of(line)
+        elif since >= size and blank and line.startswith("#") and HEADING_LINE.match(line):
             cuts.append(n)
             since = 0
         since += len(line) + 1
@@ -299,7 +296,7 @@ def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: Ma
                         path: Path | None, extra: dict | None, progress=None) -> list[Block]:
     """Markdown: cleaned (markup.py), then parsed by markdown-it-py (markdown.py), in pieces cut at
     headings when it is very big (progress inside the file)."""
-    from .markdown import parse_blocks
+    from ..markdown import parse_blocks
     from .markup import MarkupRules, clean_markdown, plain_heading
 
     source = decode_text(data, name, encoding)
@@ -393,18 +390,6 @@ def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_CLOSING_FENCE = re.compile(r"^[\s>]*(`{3,}|~{3,})\s*$")  # indented, or quoted
-_OPENING_FENCE = re.compile(r"^[\s>]*(`{3,}|~{3,})")
-
-
-def _code_body(block: Block) -> str:
-    """A block's text without the fence lines of a fenced code block (Markdown's code as written)."""
-    text = block.text
-    if block.kind == "code" and _OPENING_FENCE.match(text) and "\n" in text and _CLOSING_FENCE.match(text.rsplit("\n", 1)[1]):
-        return text.split("\n", 1)[1].rsplit("\n", 1)[0]
-    return text
-
-
 def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, line_offset: int = 0) -> None:
     """Give each block the source lines it came from, by finding its words, in order, in the text
     it was parsed from (rendering drops markup, so exact offsets are not kept). ``line_map`` maps
@@ -435,19 +420,10 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
         n = word_line[pos] if n is None else n
         return (line_map[n] if line_map and n < len(line_map) else n + 1 + line_offset)
 
-    lines = text.split("\n")
-
-    def fence_line(pos: int, step: int, pattern: re.Pattern) -> int | None:
-        """The fence line just before (step -1) or after (step 1) the line of word ``pos``, the first
-        or last word of a fenced code block: fences are not found by their words (the info string
-        is not kept whole, a closing fence has none)."""
-        n = word_line[pos] + step
-        return n if 0 <= n < len(lines) and pattern.match(lines[n]) else None
-
     starts: list[tuple[Block, int, list[str]]] = []
     cursor = 0
     for b in blocks:
-        bw = _WORD.findall(_code_body(b).lower())
+        bw = _WORD.findall(b.text.lower())
         if not bw:
             continue
         first = find(bw[:3], cursor)
@@ -463,11 +439,8 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
         last = find(bw[-3:], first)
         end = (last + len(bw[-3:]) - 1) if 0 <= last < limit else min(first + len(bw), limit) - 1
         end = max(first, min(end, limit - 1, len(words) - 1))
-        opening = closing = None
-        if b.kind == "code" and _CLOSING_FENCE.match(b.text.rsplit("\n", 1)[-1]):
-            opening, closing = fence_line(first, -1, _OPENING_FENCE), fence_line(end, 1, _CLOSING_FENCE)
-        start_line = source_line(first, opening)
-        b.lines = (start_line, max(start_line, source_line(end, closing)))
+        start_line = source_line(first)
+        b.lines = (start_line, max(start_line, source_line(end)))
 
 
 def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int | None = None,

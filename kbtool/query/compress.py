@@ -19,15 +19,16 @@ import re
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 
+from ..markdown import HEADING_LINE as _HEADING
+from ..markdown import INDENTED_LINE as _INDENTED
+from ..markdown import LIST_ITEM_LINE as _LIST
+from ..markdown import TABLE_LINE as _TABLE
+from ..markdown import closes, fence_of
+
 # Words whose trailing period does not end a sentence (compared lower-case, without the period).
 ABBREVIATIONS = frozenset("""e.g i.e etc vs cf al approx fig figs no nos eq eqs ref refs sec mr mrs ms dr prof st
 jr sr inc ltd co corp dept est min max vol vols ed eds p pp ca resp incl excl""".split())
 
-_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
-_TABLE = re.compile(r"^\s*\|")
-_LIST = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,3}[.)])\s+")
-_INDENTED = re.compile(r"^(?: {4}|\t)")
 # A sentence end: terminal punctuation, closing quotes/brackets, then space before a capital,
 # digit, quote, bracket, backtick or CJK; a period set off by spaces (" . ", tokenized text such as
 # Cranfield's abstracts); or a CJK full stop / exclamation / question mark.
@@ -67,11 +68,11 @@ def split(text: str) -> list[Unit]:
         if not line.strip():
             flush()
             i += 1
-        elif _FENCE.match(line):
+        elif fence_of(line.rstrip("\n")):
             flush()
-            fence = _FENCE.match(line).group(1)
-            j = i + 1
-            while j < n and not lines[j][1].lstrip().startswith(fence):
+            fence = fence_of(line.rstrip("\n"))
+            j = i + 1  # closed by a fence of its character at least as long (```` holds ```)
+            while j < n and not closes(lines[j][1].rstrip("\n"), fence):
                 j += 1
             j = min(j + 1, n)  # the closing fence (an unclosed block runs to the end)
             block(i, j, "code")

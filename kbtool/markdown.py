@@ -17,7 +17,10 @@ strikethrough, definition lists and footnotes from mdit-py-plugins) and walks th
   text stays;
 * every block's ``lines`` come from the token's source map (no guessing by words).
 
-``fence_of`` / ``closes`` are the fence rules the rest of kbtool (chunking, compression) uses.
+The line-level rules the rest of kbtool uses on Markdown-shaped text are here too (``fence_of``,
+``closes``, ``split_fenced``, the ``*_LINE`` patterns): markup clean-up, cutting a big page into
+pieces, chunking (a fenced block split keeps its fences) and compression (a fenced block is one
+unit, closed only by a fence at least as long as its opening).
 """
 
 from __future__ import annotations
@@ -27,11 +30,26 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..document import Block
+from .document import Block
 
 # An opening code fence (CommonMark: up to 3 spaces, 3+ backticks or tildes; a backtick fence's
 # info string holds no backtick).
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
+
+
+HEADING_LINE = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")  # an ATX heading
+LIST_ITEM_LINE = re.compile(r"^ {0,3}(?:[-*+]|\d{1,9}[.)])[ \t]+")
+TABLE_LINE = re.compile(r"^\s*\|")  # a pipe-table row (a leading pipe)
+INDENTED_LINE = re.compile(r"^(?: {4}|\t)")  # an indented code block's line
+_FENCED = re.compile(r"((?:`{3,}|~{3,})[^\n]*)\n(.*)\n([`~]{3,})[ \t]*", re.DOTALL)
+
+
+def split_fenced(text: str) -> tuple[str, str, str] | None:
+    """(opening fence line, body, closing fence line) when ``text`` is one fenced code block."""
+    m = _FENCED.fullmatch(text)
+    if not m or fence_of(m.group(1)) is None or not closes(m.group(3), fence_of(m.group(1))):
+        return None
+    return m.group(1), m.group(2), m.group(3)
 
 
 def fence_of(line: str) -> str | None:
