@@ -61,6 +61,17 @@ def test_an_unclosed_fence_runs_to_the_end():
     assert units(text) == [("sentence", "Before it."), ("code", "```\ncode. Line\nmore")]
 
 
+def test_a_longer_fence_is_closed_only_by_a_fence_as_long():
+    """Issue 30: a block fenced with four backticks showing a three-backtick example stays one unit
+    (it used to end at the inner ``` line and read the rest as prose)."""
+    text = "Write it so.\n\n````markdown\n```python\nx = 1. Two\n```\nAfter. More\n````\n\nDone here."
+    assert units(text) == [("sentence", "Write it so."),
+                           ("code", "````markdown\n```python\nx = 1. Two\n```\nAfter. More\n````"),
+                           ("sentence", "Done here.")]
+    tildes = "~~~\n```\nstill code. Yes\n~~~\nProse now."
+    assert units(tildes) == [("code", "~~~\n```\nstill code. Yes\n~~~"), ("sentence", "Prose now.")]
+
+
 def test_elisions_are_marked_within_and_across_paragraphs():
     from types import SimpleNamespace
 
