@@ -183,7 +183,7 @@ def test_store_and_context_block_keep_the_markdown(tmp_path):
 
 @pytest.mark.slow
 def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tmp_path, monkeypatch):
-    import kbtool.ingestion.markdown as markdown
+    import kbtool.markdown as markdown
     import kbtool.ingestion.pipeline as pipeline
 
     docs = tmp_path / "docs"
@@ -202,6 +202,8 @@ def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tm
 
     old = Store.open(kb).catalog.db.execute("SELECT text FROM chunks WHERE doc_id='api.md'").fetchall()
     assert not any("`" in r["text"] for r in old)
+    notes_rows = "SELECT rowid, chunk_id FROM chunks WHERE doc_id='notes.md'"
+    notes_before = [tuple(r) for r in Store.open(kb).catalog.db.execute(notes_rows)]
 
     report = _ingest(docs, kb)
     assert sorted(report["updated"]) == ["api.md", "notes.md"] and report["unchanged"] == ["readme.txt"]
@@ -210,4 +212,6 @@ def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tm
     assert any("```python" in r["text"] for r in new)
     # Only chunks whose text changed are embedded again (notes.md's and api.md's intro keep theirs).
     assert report["index"]["embedded"] == sum("`" in r["text"] for r in new) < len(new)
+    # A document whose blocks the new parser gives unchanged is not even re-chunked: its rows stay.
+    assert [tuple(r) for r in Store.open(kb).catalog.db.execute(notes_rows)] == notes_before
     assert _ingest(docs, kb)["counts"]["unchanged"] == 3  # and the next run has nothing to do

@@ -238,8 +238,18 @@ class Catalog:
             return {}
 
     def put_document(self, doc, root: str, metadata: str, blocks: str, options: str, now: str) -> None:
-        """Insert or replace a document; its old chunks go and it awaits chunking (generation + 1)."""
+        """Insert or replace a document; its old chunks go and it awaits chunking (generation + 1) —
+        unless it was re-parsed to the same title, metadata and blocks (a parser upgrade that does
+        not change it, a touched file): then only its record is updated and its chunks stay."""
         with self.transaction() as db:
+            row = db.execute("SELECT title, metadata, blocks, root, chunked_with FROM documents WHERE doc_id=?",
+                             (doc.doc_id,)).fetchone()
+            if row is not None and row["chunked_with"] is not None and (row["title"], row["metadata"], row["blocks"],
+                                                                         row["root"]) == (doc.title, metadata, blocks, root):
+                db.execute("UPDATE documents SET path=?, sha256=?, size=?, mtime=?, filetype=?, ingested_at=?, options=?"
+                           " WHERE doc_id=?", (doc.path, doc.sha256, doc.size, doc.mtime, doc.filetype, now, options,
+                                               doc.doc_id))
+                return
             db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,))
             db.execute(
                 "INSERT OR REPLACE INTO documents (doc_id, root, path, sha256, size, mtime, filetype, title,"
