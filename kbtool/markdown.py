@@ -127,8 +127,8 @@ def _table_html(fragment: str) -> str | None:
 
 def inline_text(token, *, heading: bool = False) -> str:
     """An inline token's text as written minus the markup a reader does not see: code keeps its
-    backticks (not in a heading), links and emphasis keep their text, inline HTML tags go, an
-    image is its alt text."""
+    backticks (not in a heading), links and emphasis keep their text, inline HTML tags and
+    images go."""
     out: list[str] = []
     for child in token.children or []:
         t = child.type
@@ -146,7 +146,7 @@ def inline_text(token, *, heading: bool = False) -> str:
             elif not _PHRASE_TAG.match(child.content):
                 out.append(" ")  # <span>a</span><span>b</span>: two words, not "ab"
         elif t == "image":
-            out.append(inline_text(child))
+            pass  # a reader sees the image, not its alt text (badges, screenshots)
         elif t == "footnote_ref":
             out.append(f"[^{child.meta.get('label', '')}]" if child.meta else "")
     text = "".join(out)
@@ -201,9 +201,13 @@ class _Walk:
         if text.strip():
             self.blocks.append(Block(kind, text, self.section(), None, depth, self.lines(mapped, offset)))
 
+    def flush(self, item: list, offset: int) -> None:
+        """A list item's text gathered so far, as a ``list`` block."""
+        self.add("list", "\n".join(item[0]), item[1], offset)
+
     def run(self, tokens, offset: int = 0) -> None:
         i = 0
-        item: list[tuple[list[str], object]] = []  # open list items: (their paragraphs' texts, map)
+        item: list[list] = []  # open list items, innermost last
         while i < len(tokens):
             tok = tokens[i]
             t = tok.type
@@ -222,24 +226,22 @@ class _Walk:
                 i += 3
                 continue
             if t == "list_item_open":
-                item.append(([], tok.map))
+                item.append([[], None])  # texts, [first line, end line) of the texts
             elif t == "list_item_close":
-                texts, mapped = item.pop()
-                self.add("list", "\n".join(texts), mapped, offset)
-            elif t in ("bullet_list_open", "ordered_list_open") and item and item[-1][0]:
-                # A nested list: the item's own text so far is a block of its own, before it.
-                texts, mapped = item[-1]
-                self.add("list", "\n".join(texts), mapped, offset)
-                item[-1] = ([], None)
-            elif t == "inline":
-                text = inline_text(tok)
-                if item:
-                    if text:
-                        item[-1][0].append(text)
-                        if item[-1][1] is None:
-                            item[-1] = (item[-1][0], tok.map)
-                else:
-                    self.add("text", text, tok.map, offset)
+                self.flush(item.pop(), offset)
+            elif item and (t in ("bullet_list_open", "ordered_list_open", "fence", "code_block", "table_open")
+                           or (t == "html_block" and _table_html(tok.content))):
+                # A nested list, code or table inside an item: the item's text so far comes first.
+                self.flush(item[-1], offset)
+                item[-1] = [[], None]
+            if t == "inline" and not item:
+                self.add("text", inline_text(tok), tok.map, offset)
+            elif t == "inline" or (t == "html_block" and item and not _table_html(tok.content)):
+                text = inline_text(tok) if t == "inline" else html_text(tok.content)
+                if text:
+                    item[-1][0].append(text)
+                    span = item[-1][1]
+                    item[-1][1] = [span[0] if span else tok.map[0], tok.map[1]] if tok.map else span
             elif t in ("fence", "code_block"):
                 self.add("code", _fenced(tok), tok.map, offset)
             elif t == "html_block":
@@ -247,11 +249,7 @@ class _Walk:
                 if table:
                     self.add("table", table, tok.map, offset)
                 else:
-                    text = html_text(tok.content)
-                    if item and text:
-                        item[-1][0].append(text)
-                    else:
-                        self.add("text", text, tok.map, offset)
+                    self.add("text", html_text(tok.content), tok.map, offset)
             elif t == "table_open":
                 j, rows, cells = i + 1, [], []
                 while j < len(tokens) and tokens[j].type != "table_close":
