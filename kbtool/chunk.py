@@ -61,6 +61,7 @@ class ChunkDraft:
     line_start: int | None = None
     line_end: int | None = None
     anchor: str | None = None
+    line_source: list | None = None  # [{"path": included file, "lines": [first, last]}]
 
     @property
     def embed_text(self) -> str:
@@ -85,6 +86,7 @@ class _Unit:
     start: int
     page: int | None
     lines: tuple[int, int] | None = None
+    source: list | None = None  # included files' lines (Block.source)
 
 
 def _splitter(size: int, overlap: int, count: Counter, separators: list[str] | None = None):
@@ -113,10 +115,10 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
             if has_body:
                 continue  # the heading lives in the section path of what follows
             # A heading with nothing under it (or a heading-only document) is content itself.
-            block = Block("text", block.text, block.section, block.page, lines=block.lines)
+            block = Block("text", block.text, block.section, block.page, lines=block.lines, source=block.source)
         if not sections or sections[-1][0] != block.section:
             sections.append((block.section, []))
-        sections[-1][1].append(_Unit(block.kind, block.text, start, block.page, block.lines))
+        sections[-1][1].append(_Unit(block.kind, block.text, start, block.page, block.lines, block.source))
 
     drafts: list[ChunkDraft] = []
     for section, units in sections:
@@ -130,17 +132,19 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
         pending: list[_Unit] = []
 
         def emit(text: str, start: int, page: int | None, end: int | None = None,
-                 lines: tuple[int, int] | None = None) -> None:
+                 lines: tuple[int, int] | None = None, source: list | None = None) -> None:
             drafts.append(ChunkDraft(len(drafts), text, prefix, section_path, page, start,
                                      start + len(text) if end is None else end, count(embed_text(prefix, text)),
-                                     lines[0] if lines else None, lines[1] if lines else None, anchor))
+                                     lines[0] if lines else None, lines[1] if lines else None, anchor,
+                                     source or None))
 
         def flush() -> None:
             if pending:
                 text = "\n\n".join(u.text for u in pending)
                 spans = [u.lines for u in pending if u.lines]
                 emit(text, pending[0].start, pending[0].page,
-                     lines=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None)
+                     lines=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
+                     source=merged_sources([s for u in pending for s in u.source or []]))
                 pending.clear()
 
         for unit in units:
@@ -150,7 +154,7 @@ def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Co
                 flush()
                 for piece, offset, length in _split(unit, budget, params, count):
                     emit(piece, unit.start + offset, unit.page, unit.start + offset + length,
-                         _piece_lines(unit, offset, length))
+                         _piece_lines(unit.lines, unit.text, offset, length), _piece_source(unit, offset, length))
                 continue
             joined = "\n\n".join([u.text for u in pending] + [unit.text])
             if pending and count(joined) > budget:
@@ -175,19 +179,43 @@ def _prefix_only(d: ChunkDraft) -> bool:
     return words == re.findall(r"\w+", last.lower()) or words == re.findall(r"\w+", d.prefix.split(SEP)[-1].lower())
 
 
-def _piece_lines(unit: _Unit, offset: int, length: int) -> tuple[int, int] | None:
+def _piece_lines(lines: tuple[int, int] | None, text: str, offset: int, length: int) -> tuple[int, int] | None:
     """Lines of a piece of a unit: the unit's line range, shared out by the newlines before it
     (exact for code and plain text, an estimate where rendering joined lines)."""
-    if not unit.lines:
+    if not lines:
         return None
-    first, last = unit.lines
-    total = unit.text.count("\n")
+    first, last = lines
+    total = text.count("\n")
     if not total:
         return (first, last)
     span = last - first
-    a = first + round(span * unit.text.count("\n", 0, offset) / total)
-    b = first + round(span * unit.text.count("\n", 0, offset + length) / total)
+    a = first + round(span * text.count("\n", 0, offset) / total)
+    b = first + round(span * text.count("\n", 0, offset + length) / total)
     return (min(a, last), min(max(a, b), last))
+
+
+def _piece_source(unit: _Unit, offset: int, length: int) -> list | None:
+    """An included file's lines under a piece of a unit: one file's shared out as the unit's own
+    lines are (a fenced block's fence lines aside); several files: all of them."""
+    if not unit.source or len(unit.source) > 1:
+        return unit.source
+    src = unit.source[0]
+    fenced = split_fenced(unit.text) if unit.kind == "code" else None
+    head = len(fenced[0]) + 1 if fenced else 0
+    body = fenced[1] if fenced else unit.text
+    a = max(0, offset - head)
+    b = max(a, min(len(body), offset + length - head))
+    lines = _piece_lines(tuple(src["lines"]), body, a, b - a)
+    return [{"path": src["path"], "lines": list(lines)}]
+
+
+def merged_sources(sources: list) -> list | None:
+    """Included files' line spans, one per file (first to last line)."""
+    out: dict[str, list[int]] = {}
+    for s in sources:
+        span = out.setdefault(s["path"], list(s["lines"]))
+        span[0], span[1] = min(span[0], s["lines"][0]), max(span[1], s["lines"][1])
+    return [{"path": p, "lines": span} for p, span in out.items()] or None
 
 
 def _split(unit: _Unit, budget: int, params: ChunkParams, count: Counter) -> list[tuple[str, int, int]]:
@@ -253,6 +281,7 @@ def chunk_documents(store, doc_ids: list[str], params: ChunkParams, count: Count
         store.replace_chunks(doc_id, [
             (f"{doc_id}#{d.ordinal}", doc_id, d.ordinal, d.text, d.prefix, d.section_path, d.page, d.char_start,
              d.char_end, d.n_tokens, d.content_hash, d.line_start, d.line_end, d.anchor,
+             json.dumps(d.line_source) if d.line_source else None,
              json.dumps({**user, **base, **({"page": str(d.page)} if d.page else {})}, sort_keys=True))
             for d in drafts], params)
         total += len(drafts)

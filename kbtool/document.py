@@ -19,9 +19,14 @@ class Block:
     depth: int | None = None
     lines: tuple[int, int] | None = None  # first and last source line (text formats)
     anchor: str | None = None  # a heading's anchor id (title blocks)
+    # lines an include brought in: [{"path": included file, "lines": [first, last]}] (None: none)
+    source: list | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if data["source"] is None:
+            del data["source"]  # blocks stored before includes were cited are unchanged
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Block":

@@ -178,8 +178,10 @@ class _Heading:
 class _Walk:
     """Tokens → Blocks, carrying the heading stack across pieces of one document."""
 
-    def __init__(self, line_map: list[int] | None, headings: list[_Heading] | None = None):
+    def __init__(self, line_map: list[int] | None, headings: list[_Heading] | None = None,
+                 line_src: list | None = None):
         self.line_map = line_map
+        self.line_src = line_src if line_src and any(line_src) else None
         self.headings: list[_Heading] = list(headings or [])
         self.blocks: list[Block] = []
         self.title: str | None = None  # the first `#` heading: what names the document
@@ -197,9 +199,21 @@ class _Walk:
             return (min(a, b), max(a, b))
         return (a + 1, b + 1)
 
+    def source(self, mapped, offset: int) -> list | None:
+        """The included files a block's lines came from, with their lines (None: the page's own)."""
+        if not mapped or self.line_src is None:
+            return None
+        spans: dict[str, list[int]] = {}
+        for origin in self.line_src[mapped[0] + offset:mapped[1] + offset]:
+            if origin is not None:
+                span = spans.setdefault(origin[0], [origin[1], origin[1]])
+                span[0], span[1] = min(span[0], origin[1]), max(span[1], origin[1])
+        return [{"path": p, "lines": s} for p, s in spans.items()] or None
+
     def add(self, kind: str, text: str, mapped, offset: int, depth: int | None = None) -> None:
         if text.strip():
-            self.blocks.append(Block(kind, text, self.section(), None, depth, self.lines(mapped, offset)))
+            self.blocks.append(Block(kind, text, self.section(), None, depth, self.lines(mapped, offset),
+                                     source=self.source(mapped, offset)))
 
     def flush(self, item: list, offset: int) -> None:
         """A list item's text gathered so far, as a ``list`` block."""
@@ -220,7 +234,7 @@ class _Walk:
                         self.headings.pop()
                     self.headings.append(_Heading(level, text))
                     self.blocks.append(Block("title", text, self.section(), None, len(self.headings) - 1,
-                                             self.lines(tok.map, offset)))
+                                             self.lines(tok.map, offset), source=self.source(tok.map, offset)))
                     if level == 1 and self.title is None:
                         self.title = text
                 i += 3
@@ -267,11 +281,12 @@ class _Walk:
 
 
 def parse_blocks(text: str, line_map: list[int] | None = None, *, headings: list | None = None,
-                 offset: int = 0) -> tuple[list[Block], list, str | None]:
+                 offset: int = 0, line_src: list | None = None) -> tuple[list[Block], list, str | None]:
     """Blocks of Markdown ``text`` (already cleaned). ``line_map`` maps lines of the whole cleaned
-    text to source lines; ``offset``: where ``text`` starts in it (a piece of a big document);
-    ``headings``: the heading stack in force before it. Returns (blocks, heading stack after, the
-    first ``#`` heading's text or None)."""
-    walk = _Walk(line_map, headings)
+    text to source lines (``line_src``: to an included file's lines, where an include brought
+    them); ``offset``: where ``text`` starts in it (a piece of a big document); ``headings``: the
+    heading stack in force before it. Returns (blocks, heading stack after, the first ``#``
+    heading's text or None)."""
+    walk = _Walk(line_map, headings, line_src)
     walk.run(parser().parse(text), offset)
     return walk.blocks, walk.headings, walk.title

@@ -61,6 +61,9 @@ def chunks(
         where.append(f"\n{visible(r['doc_id'])}" if not doc_id else "")
         if lines:
             where.append(f"\nlines {lines[0]}-{lines[1]}" if lines[1] != lines[0] else f"\nline {lines[0]}")
+        for inc in r.get("line_source") or []:
+            a, b = inc["lines"]
+            where.append(f"\nincludes {visible(inc['path'])}:{a}" + (f"-{b}" if b != a else ""))
         if r["page"]:
             where.append(f"\npage {r['page']}")
         tokens = Text(str(r["tokens"]), style="bold red" if r["over_limit"] else "")

@@ -31,7 +31,7 @@ def ingest(
     allow_failures: Annotated[int, typer.Option("--allow-failures", min=0, metavar="N", help="Exit 0 even if up to N files fail to parse (default 0: any failure exits 1).")] = 0,
     strict: Annotated[bool, typer.Option("--strict", hidden=True, help="Kept for old scripts: failing on any failed file is the default.")] = False,
     markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
-    include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, --8<-- \"path\") resolve against, inside the ingested folder [default: the ingested folder].")] = None,
+    include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, {!path!}, --8<-- \"path\", <!--@include: path-->) resolve against: inside the ingested folder, or outside it within the same git repository [default: the ingested folder].")] = None,
     meta_from_path: Annotated[Optional[List[str]], typer.Option("--meta-from-path", help="Metadata from the document path, e.g. 'docs/{lang}/**' gives lang=en (repeatable).")] = None,
     model: ModelOpt = None,
     query_prefix: QueryPrefixOpt = None,

@@ -11,9 +11,15 @@ rules in force are part of every document's parse options, so a change re-parses
   ``/// tip | Title`` ... ``///`` and ``//// tab | Python 3.10+`` ... ``////``, Docusaurus
   ``:::note[Title]`` ... ``:::``, GitHub ``> [!NOTE]``: the label ("Tip: Title") becomes the start
   of the body's first line, so it can never be separated from its body; fences are dropped.
-* ``includes``: ``{* path hl[1] *}`` and ``--8<-- "path"`` are replaced by the file's text when it
-  exists under the ingest root (relative to the document, then to the include root), otherwise
-  removed; both are counted.
+* ``includes``: ``{* path ln[3:9] hl[1] *}`` (FastAPI), ``{!path!}`` / ``{!> path!}`` (markdown-include,
+  mdx_include), ``--8<-- "path"`` with ``:first:last`` lines or ``[start:name]`` sections (PyMdown
+  Snippets), ``<!--@include: path{3,9}-->`` / ``#region`` (VitePress), ``<!-- include: path -->``
+  and ``{% include "path" %}`` / ``{% include-markdown "path" %}`` (mkdocs-include-markdown) are
+  replaced by the file's text. A path resolves against the document's folder, then each folder
+  above it up to the include root (MkDocs resolves from the docs folder or from where it runs),
+  then the include root; the file must lie under the ingest root or the declared include root.
+  Included lines remember their file and line (``line_src``): a block made of them is cited
+  there. Not found: removed and counted.
 * ``code_html``: HTML inside code blocks (terminal transcripts as ``<span style=...>``) is reduced
   to its text.
 * ``diagrams``: mermaid blocks keep their first lines only, so they cannot crowd out prose.
@@ -46,7 +52,10 @@ _TAB = re.compile(r'^(\s*)===!?\s+"(.*?)"\s*$')  # Material content tabs: body i
 _PYMDOWN = re.compile(r"^(/{3,})\s*([\w-]+)?(?:\s*\|\s*(.*?))?\s*$")
 _DOCUSAURUS = re.compile(r"^(:{3,})\s*([\w-]+)?(?:\[(.*?)\]|\s+(.*?))?\s*$")
 _GITHUB = re.compile(r"^\s*>\s*\[!(\w+)\]\s*(.*?)\s*$")
-_INCLUDE_CURLY = re.compile(r"^\s*\{\*\s*(\S+)(?:\s+[^*]*)?\*\}\s*$")
+_INCLUDE_CURLY = re.compile(r"^\s*\{\*\s*(\S+)((?:\s+[^*]*)?)\*\}\s*$")
+_INCLUDE_BANG = re.compile(r"^(\s*)\{!(>?)\s*(\S+?)\s*!\}\s*$")  # markdown-include, mdx_include
+_INCLUDE_COMMENT = re.compile(r"""^\s*<!--\s*@?include:?\s*["']?([^"'\s{}]+?)["']?\s*(?:\{(\d*),(\d*)\})?\s*-->\s*$""")
+_INCLUDE_JINJA = re.compile(r"""^\s*\{%-?\s*include(?:-markdown)?\s+["']([^"']+)["'][^%]*-?%\}\s*$""")
 _INCLUDE_SNIPPET = re.compile(r"""^\s*-{1,3}8<-{1,3}\s+["']([^"']+)["']\s*$""")
 _SNIPPET_BLOCK = re.compile(r"^\s*-{1,3}8<-{1,3}\s*$")  # a block form: file names on the lines until the next
 # Only the tags terminal transcripts are written with; never in languages where tags are code.
@@ -98,6 +107,8 @@ class Cleaned:
     line_map: list = field(default_factory=list)  # output line index -> source line number (1-based)
     stats: dict = field(default_factory=dict)
     missing_includes: list = field(default_factory=list)  # include targets not found, as written
+    # output line index -> (included file, its line) for lines an include brought, else None
+    line_src: list = field(default_factory=list)
 
 
 def _label(kind: str | None, title: str | None) -> str:
@@ -114,9 +125,10 @@ class _Out:
     def __init__(self):
         self.lines: list[str] = []
         self.src: list[int] = []
+        self.origin: list = []  # (included file, line) or None, per output line
         self.pending_label: str | None = None
 
-    def add(self, line: str, src: int) -> None:
+    def add(self, line: str, src: int, origin: tuple | None = None) -> None:
         if self.pending_label is not None and line.strip():
             stripped = line.lstrip()
             indent = line[: len(line) - len(stripped)]
@@ -124,11 +136,13 @@ class _Out:
             if m or _FENCE.match(line):  # a list, heading or code first: the label stands just before it
                 self.lines.append(indent + self.pending_label + ":")
                 self.src.append(src)
+                self.origin.append(None)
             else:
                 line = f"{indent}{self.pending_label}: {stripped}"
             self.pending_label = None
         self.lines.append(line)
         self.src.append(src)
+        self.origin.append(origin)
 
     def label(self, text: str, src: int) -> None:
         self.flush_label(src)  # an admonition with no body line yet: keep its label as text
@@ -138,6 +152,7 @@ class _Out:
         if self.pending_label:
             self.lines.extend([self.pending_label, ""])
             self.src.extend([src, src])
+            self.origin.extend([None, None])
             self.pending_label = None
 
 
@@ -186,30 +201,46 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
     return end + 1
 
 
+def _bases(doc_dir: Path | None, include_root: Path | None, ingest_root: Path) -> list[Path]:
+    """Where an include path is tried: the document's folder, each folder above it up to the
+    highest of the ingest and include roots holding it, then the include root."""
+    tops = [r for r in (include_root, ingest_root) if r is not None]
+    out: list[Path] = []
+    if doc_dir is not None:
+        d = doc_dir.resolve()
+        holding = [r for r in tops if d.is_relative_to(r)]
+        top = min(holding, key=lambda r: len(r.parts)) if holding else d
+        while True:
+            out.append(d)
+            if d == top or d.parent == d:
+                break
+            d = d.parent
+    return out + [r for r in tops if r not in out]
+
+
 def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, ingest_root: Path | None,
                   excluded=None, missing: list | None = None) -> tuple[Path, str] | None:
-    """(path, text) of an included file, only when it lies under the ingest root, is not hidden
-    and is not excluded from the ingest (the same rules as the files ingest reads). Paths that do
-    not exist (yet) are added to ``missing``, so a later ingest notices when they appear."""
+    """(path, text) of an included file, only when it lies under the ingest root or the declared
+    include root, is not hidden and is not excluded from the ingest (the same rules as the files
+    ingest reads). Paths that do not exist (yet) are added to ``missing``, so a later ingest
+    notices when they appear."""
     if ingest_root is None:
         return None
-    if ":" in target and not re.match(r"^[A-Za-z]:[\\/]", target):  # pymdownx "file.md:section", "f.py:3:5"
-        target = target.split(":", 1)[0]
-    for base in (doc_dir, include_root):
-        if base is None:
-            continue
+    for base in _bases(doc_dir, include_root, ingest_root):
         try:
             path = (base / target).resolve()
         except (OSError, ValueError):
             continue
-        if not path.is_relative_to(ingest_root):
+        inside = next((r for r in (ingest_root, include_root) if r is not None and path.is_relative_to(r)), None)
+        if inside is None:
             continue
         if not path.is_file():
             if missing is not None:
                 missing.append(str(path))
             continue
-        rel = path.relative_to(ingest_root)
-        if any(part.startswith(".") for part in rel.parts) or (excluded and excluded(rel.as_posix())):
+        rel = path.relative_to(inside)
+        if any(part.startswith(".") for part in rel.parts) or (
+                inside == ingest_root and excluded and excluded(rel.as_posix())):
             return None
         try:
             if path.stat().st_size > INCLUDE_MAX_BYTES:
@@ -218,6 +249,45 @@ def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, 
         except OSError:
             return None
     return None
+
+
+def _selection(target: str, form: re.Pattern | None, options: str = "") -> tuple[str, object]:
+    """The file a directive names and which of its lines it shows: ``(first, last)`` (1-based,
+    None = open), a section name, or None (all)."""
+    if form is _INCLUDE_CURLY:  # {* path ln[3:9] hl[2] *}: ln selects, hl only highlights
+        m = re.search(r"\bln\[(\d*):?(\d*)", options)
+        return target, ((int(m.group(1) or 1), int(m.group(2)) if m.group(2) else None) if m else None)
+    if "#" in target and form is _INCLUDE_COMMENT:  # VitePress: path#region
+        target, region = target.split("#", 1)
+        return target, region
+    m = re.match(r"^(.*?):(\d*):?(\d*)$", target)
+    if m and not re.match(r"^[A-Za-z]:[\\/]", target):  # Snippets: "file.py:3:5", "file.py:3"
+        return m.group(1), (int(m.group(2) or 1), int(m.group(3)) if m.group(3) else None)
+    m = re.match(r"^(.*?):([A-Za-z_][\w-]*)$", target)
+    if m and not re.match(r"^[A-Za-z]:[\\/]", target):  # Snippets: "file.md:section"
+        return m.group(1), m.group(2)
+    return target, None
+
+
+def _select(lines: list[str], which) -> list[tuple[int, str]]:
+    """(line number, line) of the selected lines; region and section marker lines are left out."""
+    numbered = list(enumerate(lines, start=1))
+    if which is None:
+        return numbered
+    if isinstance(which, tuple):
+        first, last = which
+        return [(n, t) for n, t in numbered if n >= first and (last is None or n <= last)]
+    start = re.compile(rf"(?:#region\s+{re.escape(which)}\b|\[start:{re.escape(which)}\])")
+    end = re.compile(rf"(?:#endregion\b|\[end:{re.escape(which)}\])")
+    out, inside = [], False
+    for n, t in numbered:
+        if start.search(t):
+            inside = True
+        elif inside and end.search(t):
+            break
+        elif inside:
+            out.append((n, t))
+    return out or numbered
 
 
 def plain_heading(text: str) -> str:
@@ -235,8 +305,16 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
     stats = cleaned.stats
     text = text.replace("\r\n", "\n")
 
-    def include(target: str, in_code: bool = False):
-        """The text to put in place of an include directive (None: missing), counted."""
+    def shown(path: Path) -> str:
+        """An included file as citations name it: under the ingest root, else the include root."""
+        for r in (ingest_root, include_root):
+            if r is not None and path.is_relative_to(r):
+                return path.relative_to(r).as_posix()
+        return path.as_posix()
+
+    def include(target: str, in_code: bool = False, form=None, options: str = "") -> list | None:
+        """(line, (file, line number)) to put in place of an include directive (None: missing), counted."""
+        target, which = _selection(target, form, options)
         missing: list[str] = []
         found = _read_include(target, doc_dir, include_root, ingest_root, excluded, missing)
         key = "includes_resolved" if found is not None else "includes_missing"
@@ -251,16 +329,28 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
         import hashlib
 
         cleaned.includes[str(path)] = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        name = shown(path)
+        picked = _select(body.rstrip("\n").split("\n"), which)
         if not in_code and path.suffix.lower() in (".md", ".markdown") and _depth < 3:  # a Markdown snippet: cleaned too
-            inner = clean_markdown(body, rules, doc_path=path, ingest_root=ingest_root, include_root=include_root,
-                                   excluded=excluded, _depth=_depth + 1)
+            inner = clean_markdown("\n".join(t for _, t in picked), rules, doc_path=path, ingest_root=ingest_root,
+                                   include_root=include_root, excluded=excluded, _depth=_depth + 1)
             cleaned.includes.update(inner.includes)
             cleaned.missing_includes.extend(inner.missing_includes)
             cleaned.anchors.extend(inner.anchors)
             for k, v in inner.stats.items():
                 stats[k] = stats.get(k, 0) + v
-            body = inner.text
-        return body.rstrip("\n").split("\n")
+            numbers = [n for n, _ in picked]
+            return [(t, inner.line_src[k] or (name, numbers[min(inner.line_map[k], len(numbers)) - 1]))
+                    for k, t in enumerate(inner.text.split("\n"))]
+        return [(t, (name, n)) for n, t in picked]
+
+    def code_fenced(target: str, body: list) -> list:
+        """Included code outside a code block: fenced, so a "# comment" can never read as a heading."""
+        if target.lower().endswith((".md", ".markdown")):
+            return body
+        fence = "`" * max([3] + [len(r) + 1 for t, _ in body for r in re.findall(r"`{3,}", t)])
+        lang = _LANG.get(Path(target.split(":")[0].split("#")[0]).suffix.lower(), "")
+        return [(fence + lang, None), *body, (fence, None)]
     lines = text.split("\n")
     start = _front_matter(lines, cleaned) if rules.on("front_matter") and _depth == 0 else 0
     if _depth and rules.on("front_matter"):
@@ -325,10 +415,12 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                 out.add(line, src)
                 continue
             if rules.on("includes"):
-                m = _INCLUDE_SNIPPET.match(line)
+                m = _INCLUDE_SNIPPET.match(line) or _INCLUDE_BANG.match(line)
                 if m:
-                    for inc in include(m.group(1), in_code=True) or []:
-                        out.add(inc, src)
+                    bang = m.re is _INCLUDE_BANG
+                    indent = m.group(1) if bang and m.group(2) else ""  # {!> !}: the directive's indent, every line
+                    for inc, origin in include(m.group(3) if bang else m.group(1), in_code=True) or []:
+                        out.add(indent + inc if inc else inc, src, origin)
                     continue
             fence_lines += 1
             if rules.on("diagrams") and fence[1] == "mermaid" and fence_lines > DIAGRAM_LINES:
@@ -372,22 +464,25 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                 if _SNIPPET_BLOCK.match(line):
                     snippet_block = False
                 elif line.strip() and not line.strip().startswith(";"):
-                    for inc in include(line.strip().strip("\"'")) or []:
-                        out.add(inc, src)
+                    for inc, origin in include(line.strip().strip("\"'")) or []:
+                        out.add(inc, src, origin)
                 continue
             if _SNIPPET_BLOCK.match(line):
                 snippet_block = True
                 continue
-            m = _INCLUDE_CURLY.match(line) or _INCLUDE_SNIPPET.match(line)
+            m = (_INCLUDE_CURLY.match(line) or _INCLUDE_SNIPPET.match(line) or _INCLUDE_BANG.match(line)
+                 or _INCLUDE_COMMENT.match(line) or _INCLUDE_JINJA.match(line))
             if m:
-                target = m.group(1)
-                body = include(target)
+                target = m.group(3) if m.re is _INCLUDE_BANG else m.group(1)
+                options = m.group(2) or "" if m.re is _INCLUDE_CURLY else ""
+                if m.re is _INCLUDE_COMMENT and (m.group(2) or m.group(3)):  # VitePress {first,last}
+                    target += f":{m.group(2) or 1}" + (f":{m.group(3)}" if m.group(3) else "")
+                body = include(target, form=m.re, options=options)
                 if body is not None:
-                    if m.re is _INCLUDE_CURLY and not target.lower().endswith((".md", ".markdown")):
-                        # Code: always fenced, so a "# comment" can never read as a heading.
-                        body = [f"```{_LANG.get(Path(target).suffix.lower(), '')}", *body, "```"]
-                    for inc in body:
-                        out.add(inc, src)
+                    if m.re is not _INCLUDE_SNIPPET:  # Snippets paste as written; the others fence code
+                        body = code_fenced(target, body)
+                    for inc, origin in body:
+                        out.add(inc, src, origin)
                 continue
 
         if rules.on("admonitions"):
@@ -450,6 +545,8 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
     if out.pending_label:
         out.lines.append(out.pending_label)
         out.src.append(len(lines))
+        out.origin.append(None)
     cleaned.text = "\n".join(out.lines)
     cleaned.line_map = out.src
+    cleaned.line_src = out.origin
     return cleaned

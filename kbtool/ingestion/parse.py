@@ -314,7 +314,8 @@ def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: Ma
     done, headings, title = 0, None, None
     for a, b in zip(cuts, cuts[1:]):
         piece = "\n".join(lines[a:b])
-        piece_blocks, headings, piece_title = parse_blocks(piece, cleaned.line_map, headings=headings, offset=a)
+        piece_blocks, headings, piece_title = parse_blocks(piece, cleaned.line_map, headings=headings, offset=a,
+                                                            line_src=cleaned.line_src)
         title = title or piece_title
         blocks.extend(piece_blocks)
         done += len(piece) + 1

@@ -9,6 +9,8 @@ and a checkout in another folder (a CI cache restored elsewhere) finds its docum
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -325,10 +327,24 @@ def _absolute_include_root(opts: IngestOptions, root: Path, where: str) -> Inges
     p = Path(opts.include_root)
     real = (p if p.is_absolute() else root / p).resolve()
     folder = root if root.is_dir() else root.parent
+    if not real.is_dir():
+        raise UsageError(f"{where}: include root {opts.include_root} is not a folder: name the folder include "
+                         "directives resolve against")
     if not real.is_relative_to(folder):
-        raise UsageError(f"{where}: include root {opts.include_root} is outside {folder}: kbtool reads nothing "
-                         "outside the folder it ingests")
-    return replace(opts, include_root=real.relative_to(folder).as_posix())
+        repo = repository_of(folder)
+        if repo is None or not real.is_relative_to(repo):
+            raise UsageError(f"{where}: include root {opts.include_root} is outside {folder}"
+                             + (f" and outside its repository {repo}" if repo else " (not in a git repository)")
+                             + ": kbtool reads outside the folder it ingests only within the same repository")
+    return replace(opts, include_root=os.path.relpath(real, folder).replace(os.sep, "/"))
+
+
+def repository_of(folder: Path) -> Path | None:
+    """The git work tree a folder lies in (the nearest folder above holding ``.git``), or None."""
+    for d in (folder.resolve(), *folder.resolve().parents):
+        if (d / ".git").exists():
+            return d
+    return None
 
 
 def check_clashes(store: Store, jobs: list, found: list) -> None:

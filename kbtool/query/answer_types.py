@@ -32,6 +32,7 @@ class Hit:
     rerank_score: float | None = None  # postprocess.rerank's score of this hit (None: not reranked)
     line_start: int | None = None
     line_end: int | None = None
+    line_source: list | None = None  # included files its text came from: [{"path", "lines": [first, last]}]
     anchor: str | None = None
     url: str = ""  # the page (and section) it is published at: its source's base URL, else context.base_url
     citation: str = ""

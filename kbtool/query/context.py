@@ -30,15 +30,23 @@ def hit_url(hit, base_url: str | None = None) -> str:
 
 
 def citation(hit, base_url: str | None = None) -> str:
-    """Where a person finds the hit: a URL, else ``path:line`` (or ``path:first-last``), ``path p.N``."""
+    """Where a person finds the hit: a URL, else ``path:line`` (or ``path:first-last``), ``path p.N``;
+    then the files an include brought its text from (``; includes docs_src/app.py:1-38``)."""
     url = hit_url(hit, base_url)
     if url:
-        return url
-    if hit.line_start:
-        return hit.doc_id + _lines(hit)
-    if hit.page:
-        return f"{hit.doc_id} p.{hit.page}"
-    return hit.doc_id
+        where = url
+    elif hit.line_start:
+        where = hit.doc_id + _lines(hit)
+    elif hit.page:
+        where = f"{hit.doc_id} p.{hit.page}"
+    else:
+        where = hit.doc_id
+    included = getattr(hit, "line_source", None)
+    if included:
+        where += "; includes " + ", ".join(
+            f"{s['path']}:{s['lines'][0]}" + (f"-{s['lines'][1]}" if s["lines"][1] != s["lines"][0] else "")
+            for s in included)
+    return where
 
 
 def _lines(hit) -> str:

@@ -7,6 +7,8 @@ and its lines are the span's, so the citation and the context block cite what is
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import replace
 
 from .context import citation
@@ -68,9 +70,14 @@ def expand(hits: list, store, cfg, *, allowed: set | None, keep: int) -> tuple[l
             first, last = chunks[lo], chunks[hi]
             lines = [c["line_start"] for c in chunks[lo:hi + 1] if c["line_start"]]
             ends = [c["line_end"] for c in chunks[lo:hi + 1] if c["line_end"]]
+            from ..chunk import merged_sources
+
+            included = merged_sources([s for c in chunks[lo:hi + 1] if c.get("line_source")
+                                for s in json.loads(c["line_source"])])
             new = replace(new, text=text[first["char_start"]:last["char_end"]],
                           char_start=first["char_start"], char_end=last["char_end"],
-                          line_start=min(lines) if lines else hit.line_start, line_end=max(ends) if ends else hit.line_end)
+                          line_start=min(lines) if lines else hit.line_start, line_end=max(ends) if ends else hit.line_end,
+                          line_source=included)
             new.citation = citation(new)
             expanded.append([hit.chunk_id, first["chunk_id"], last["chunk_id"], chunks[pos]["n_tokens"], used])
         out.append(new)

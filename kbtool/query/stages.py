@@ -9,6 +9,7 @@ is the one window policy: how many fused candidates each stage reads.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -238,6 +239,7 @@ def _hit(st: AnswerState, cid: str, score: float, i: int, rank: int, extra: list
         retriever_scores={r: round(v, 6) for r, v in others.items()} or None,
         rerank_score=st.records.get("rerank", {}).get("scores", {}).get(cid),
         line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
+        line_source=json.loads(row["line_source"]) if row.get("line_source") else None,
     )
     prefix, base = store.published(row.get("root"))
     hit.url = (url_for(row["doc_id"][len(prefix):], hit.anchor, base) if base

@@ -89,6 +89,7 @@ def _citation(hit) -> dict:
     return {"rank": hit.rank, "doc_id": hit.doc_id, "chunk_id": hit.chunk_id, "citation": hit.citation, "url": hit.url or None,
             "title": hit.title, "section_path": hit.section_path,
             "lines": [hit.line_start, hit.line_end] if hit.line_start else None,
+            "line_source": hit.line_source,
             "page": hit.page, "confidence": round(hit.confidence, 4),
             "snippet": text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rstrip() + " …"}
 

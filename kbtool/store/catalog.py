@@ -79,6 +79,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         "ALTER TABLE chunks ADD COLUMN line_end INTEGER;"
         "ALTER TABLE chunks ADD COLUMN anchor TEXT",
     ),
+    (
+        "0004_line_source",
+        # The included files (and their lines) a chunk's text came from, as JSON, for citations.
+        "ALTER TABLE chunks ADD COLUMN line_source TEXT",
+    ),
 ]
 
 
@@ -310,8 +315,8 @@ class Catalog:
             db.execute("DELETE FROM chunks WHERE doc_id=?", (doc_id,))
             db.executemany(
                 "INSERT INTO chunks (chunk_id, doc_id, ordinal, text, prefix, section_path, page,"
-                " char_start, char_end, n_tokens, content_hash, line_start, line_end, anchor, meta)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                " char_start, char_end, n_tokens, content_hash, line_start, line_end, anchor, line_source, meta)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             db.execute("UPDATE documents SET chunked_with=? WHERE doc_id=?", (key, doc_id))
             self._bump(db)
 
@@ -376,7 +381,8 @@ class Catalog:
         if over is not None:
             where.append("n_tokens > ?")
             args.append(over)
-        q = ("SELECT chunk_id, doc_id, ordinal, section_path, page, line_start, line_end, n_tokens, prefix, text "
+        q = ("SELECT chunk_id, doc_id, ordinal, section_path, page, line_start, line_end, line_source, n_tokens,"
+             " prefix, text "
              "FROM chunks" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY doc_id, ordinal")
         return [dict(r) for r in self.db.execute(q, args)]
 
@@ -384,7 +390,8 @@ class Catalog:
         """One document's chunks in order, without their text: where each lies (chars, lines), its
         section and token count (postprocess.expand grows a hit over these)."""
         return [dict(r) for r in self.db.execute(
-            "SELECT chunk_id, ordinal, section_path, page, char_start, char_end, line_start, line_end, n_tokens"
+            "SELECT chunk_id, ordinal, section_path, page, char_start, char_end, line_start, line_end, line_source,"
+            " n_tokens"
             " FROM chunks WHERE doc_id=? ORDER BY ordinal", (doc_id,))]
 
     def document_dating(self, doc_ids: list[str]) -> dict[str, tuple[dict, float | None]]:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import time
 from typing import Callable
 
@@ -94,6 +96,7 @@ class ChunksView:
         rows = self.catalog.chunk_listing(doc_id, limit if over_limit else None)
         return [{"chunk_id": r["chunk_id"], "doc_id": r["doc_id"], "n": r["ordinal"], "section_path": r["section_path"],
                  "page": r["page"], "lines": [r["line_start"], r["line_end"]] if r["line_start"] else None,
+                 "line_source": json.loads(r["line_source"]) if r["line_source"] else None,
                  "tokens": r["n_tokens"], "limit": limit, "over_limit": r["n_tokens"] > limit,
                  "embedded": embed_text(r["prefix"], r["text"])} for r in rows]
 
