@@ -184,8 +184,12 @@ def test_ingested_folder_chunks_hold_what_a_person_reads(docs):
     hit = json.loads(r.stdout)["hits"][0]
     source = (docs / "docs" / "en" / "tutorial" / "errors.md").read_text().split("\n")
     assert "Starlette raises its own exception class." in "\n".join(source[hit["line_start"] - 1 : hit["line_end"]])
-    assert hit["citation"] == f"en/tutorial/errors.md:{hit['line_start']}" + (
+    assert hit["citation"].split("; includes ")[0] == f"en/tutorial/errors.md:{hit['line_start']}" + (
         f"-{hit['line_end']}" if hit["line_end"] != hit["line_start"] else "")
+    # The chunk holds text two includes brought: cited at those files' own lines as well.
+    assert hit["line_source"] == [{"path": "docs_src/app/main.py", "lines": [1, 2]},
+                                  {"path": "snippets/note.md", "lines": [1, 1]}]
+    assert hit["citation"].endswith("; includes docs_src/app/main.py:1-2, snippets/note.md:1")
     r = run("query", "Starlette exception class", "--store", kb, "-m", "bm25", "--context",
             "--base-url", "https://docs.example.com/")
     assert "https://docs.example.com/en/tutorial/errors/#install" in r.stdout

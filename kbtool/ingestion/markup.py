@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
+from .includes import read_include, select, selection
+
 RULES = ("front_matter", "anchors", "admonitions", "includes", "code_html", "diagrams", "mdx")
 DIAGRAM_LINES = 8
-INCLUDE_MAX_BYTES = 256 * 1024
 RESERVED = {"doc_id", "filetype", "dir", "page", "index_hash",
             "access"}  # access tags are the ingest operator's to set (--meta), not a document author's
 
@@ -201,95 +202,6 @@ def _front_matter(lines: list[str], cleaned: Cleaned) -> int:
     return end + 1
 
 
-def _bases(doc_dir: Path | None, include_root: Path | None, ingest_root: Path) -> list[Path]:
-    """Where an include path is tried: the document's folder, each folder above it up to the
-    highest of the ingest and include roots holding it, then the include root."""
-    tops = [r for r in (include_root, ingest_root) if r is not None]
-    out: list[Path] = []
-    if doc_dir is not None:
-        d = doc_dir.resolve()
-        holding = [r for r in tops if d.is_relative_to(r)]
-        top = min(holding, key=lambda r: len(r.parts)) if holding else d
-        while True:
-            out.append(d)
-            if d == top or d.parent == d:
-                break
-            d = d.parent
-    return out + [r for r in tops if r not in out]
-
-
-def _read_include(target: str, doc_dir: Path | None, include_root: Path | None, ingest_root: Path | None,
-                  excluded=None, missing: list | None = None) -> tuple[Path, str] | None:
-    """(path, text) of an included file, only when it lies under the ingest root or the declared
-    include root, is not hidden and is not excluded from the ingest (the same rules as the files
-    ingest reads). Paths that do not exist (yet) are added to ``missing``, so a later ingest
-    notices when they appear."""
-    if ingest_root is None:
-        return None
-    for base in _bases(doc_dir, include_root, ingest_root):
-        try:
-            path = (base / target).resolve()
-        except (OSError, ValueError):
-            continue
-        inside = next((r for r in (ingest_root, include_root) if r is not None and path.is_relative_to(r)), None)
-        if inside is None:
-            continue
-        if not path.is_file():
-            if missing is not None:
-                missing.append(str(path))
-            continue
-        rel = path.relative_to(inside)
-        if any(part.startswith(".") for part in rel.parts) or (
-                inside == ingest_root and excluded and excluded(rel.as_posix())):
-            return None
-        try:
-            if path.stat().st_size > INCLUDE_MAX_BYTES:
-                return None
-            return path, path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-        except OSError:
-            return None
-    return None
-
-
-def _selection(target: str, form: re.Pattern | None, options: str = "") -> tuple[str, object]:
-    """The file a directive names and which of its lines it shows: ``(first, last)`` (1-based,
-    None = open), a section name, or None (all)."""
-    if form is _INCLUDE_CURLY:  # {* path ln[3:9] hl[2] *}: ln selects, hl only highlights
-        m = re.search(r"\bln\[(\d*):?(\d*)", options)
-        return target, ((int(m.group(1) or 1), int(m.group(2)) if m.group(2) else None) if m else None)
-    if "#" in target and form is _INCLUDE_COMMENT:  # VitePress: path#region
-        target, region = target.split("#", 1)
-        return target, region
-    m = re.match(r"^(.*?):(\d*):?(\d*)$", target)
-    if m and not re.match(r"^[A-Za-z]:[\\/]", target):  # Snippets: "file.py:3:5", "file.py:3"
-        return m.group(1), (int(m.group(2) or 1), int(m.group(3)) if m.group(3) else None)
-    m = re.match(r"^(.*?):([A-Za-z_][\w-]*)$", target)
-    if m and not re.match(r"^[A-Za-z]:[\\/]", target):  # Snippets: "file.md:section"
-        return m.group(1), m.group(2)
-    return target, None
-
-
-def _select(lines: list[str], which) -> list[tuple[int, str]]:
-    """(line number, line) of the selected lines; region and section marker lines are left out."""
-    numbered = list(enumerate(lines, start=1))
-    if which is None:
-        return numbered
-    if isinstance(which, tuple):
-        first, last = which
-        return [(n, t) for n, t in numbered if n >= first and (last is None or n <= last)]
-    start = re.compile(rf"(?:#region\s+{re.escape(which)}\b|\[start:{re.escape(which)}\])")
-    end = re.compile(rf"(?:#endregion\b|\[end:{re.escape(which)}\])")
-    out, inside = [], False
-    for n, t in numbered:
-        if start.search(t):
-            inside = True
-        elif inside and end.search(t):
-            break
-        elif inside:
-            out.append((n, t))
-    return out or numbered
-
-
 def plain_heading(text: str) -> str:
     """A heading as the parser renders it: links to their text, no code/emphasis marks, entities
     decoded, whitespace collapsed (anchors are matched on this)."""
@@ -314,9 +226,9 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
 
     def include(target: str, in_code: bool = False, form=None, options: str = "") -> list | None:
         """(line, (file, line number)) to put in place of an include directive (None: missing), counted."""
-        target, which = _selection(target, form, options)
+        target, which = selection(target, "curly" if form is _INCLUDE_CURLY else "comment" if form is _INCLUDE_COMMENT else "", options)
         missing: list[str] = []
-        found = _read_include(target, doc_dir, include_root, ingest_root, excluded, missing)
+        found = read_include(target, doc_dir, include_root, ingest_root, excluded, missing)
         key = "includes_resolved" if found is not None else "includes_missing"
         stats[key] = stats.get(key, 0) + 1
         if found is None:
@@ -330,7 +242,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
 
         cleaned.includes[str(path)] = hashlib.sha256(body.encode("utf-8")).hexdigest()
         name = shown(path)
-        picked = _select(body.rstrip("\n").split("\n"), which)
+        picked = select(body.rstrip("\n").split("\n"), which)
         if not in_code and path.suffix.lower() in (".md", ".markdown") and _depth < 3:  # a Markdown snippet: cleaned too
             inner = clean_markdown("\n".join(t for _, t in picked), rules, doc_path=path, ingest_root=ingest_root,
                                    include_root=include_root, excluded=excluded, _depth=_depth + 1)
