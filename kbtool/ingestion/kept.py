@@ -176,7 +176,8 @@ def measure(source_words: Counter, kept_text: str, shown: int = MISSING_SHOWN) -
         return Kept(1.0, 0)
     kept = Counter(words(kept_text))
     share = sum(min(n, kept[w]) for w, n in source_words.items()) / total
-    missing = [w for w, _ in (source_words - kept).most_common(shown)]
+    lost = source_words - kept  # words the kept text never has first, then the most missing
+    missing = sorted(lost, key=lambda w: (w in kept, -lost[w]))[:shown]
     return Kept(share, total, missing)
 
 
