@@ -39,7 +39,7 @@ _REF_DEF = re.compile(r"^[ \t]{0,3}\[(?!\^)[^\]\n]+\]:[ \t]*\S+.*$")
 # Leftmost first, as a reader's renderer sees them: an HTML or JSX comment, or a code span (not
 # across a blank line), whichever starts first.
 _SPANS = re.compile(r"(?P<comment><!--[\s\S]*?-->)|(?P<jsx>\{/\*[\s\S]*?\*/\})"
-                    r"|(?<![`\\])(?P<t>`+)(?!`)(?P<code>(?:(?!\n[ \t]*\n)[\s\S])+?)(?<!`)(?P=t)(?!`)")
+                    r"|(?<![`\\])(?P<t>`+)(?!`)(?P<code>(?:(?!\n[ \t]*\n)[\s\S]){1,2000}?)(?<!`)(?P=t)(?!`)")
 _RAW = re.compile(r"(?<!\\)<(script|style)\b[^>]*>[\s\S]*?</\1\s*>", re.I)
 _DESTINATION = r"\(\s*(?:<[^>\n]*>|[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)"
 _IMAGE = re.compile(r"!\[[^\]]*\](?:" + _DESTINATION + r"|\[[^\]]*\])")
