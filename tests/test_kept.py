@@ -181,3 +181,23 @@ def test_ingest_warns_lists_and_fails_strict_on_a_document_that_loses_text(tmp_p
     write(docs / "page.html", "<html><body><h1>Deploy guide</h1><p>Run the installer first.</p></body></html>\n")
     r = run("ingest", docs, "--store", kb, "--parse-only", "--strict")
     assert r.exit_code == 0 and "visible text" not in r.stderr
+
+
+def test_the_library_report_and_the_catalog_keep_the_measure(tmp_path, fake_embedder):
+    """ingest() with chunking and indexing: the share stays with the document (a touched file,
+    re-parsed to the same blocks, keeps its chunks and its share); only measured documents are counted."""
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    docs = tmp_path / "docs"
+    write(docs / "page.html", LOSSY)
+    write(docs / "fine.txt", "Every word of plain text is kept.\n")
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    report = ingest(store, [docs], embedder=fake_embedder, min_kept_text=0.99)
+    assert report.chunks_written >= 2 and report.kept_text["measured"] == 2
+    assert [(d["doc_id"], d["missing"][:1]) for d in report.kept_text["below"]] == [("page.html", ["advanced"])]
+    write(docs / "page.html", LOSSY + "<!-- touched -->\n")  # new bytes, the same blocks
+    report = ingest(store, [docs], embedder=fake_embedder, min_kept_text=0.99)
+    assert report.updated == ["page.html"] and report.chunks_written == 0
+    assert [d["doc_id"] for d in store.kept_below(0.99)["below"]] == ["page.html"]
+    assert store.kept_below(0.2)["below"] == []

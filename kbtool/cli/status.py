@@ -73,6 +73,8 @@ def status(
 def kept_line(kept: dict) -> str:
     """'2 of 40 measured documents keep less than 98% of their visible text: a.md (87.0%), …'."""
     below, t = kept["below"], kept["threshold"]
+    if not kept["measured"]:
+        return "no document measured (Markdown, text and HTML are, when parsed)"
     if not below:
         return f"{kept['measured']} measured document(s) keep at least {t:.0%} of their visible text"
     named = ", ".join(f"{d['doc_id']} ({d['kept']:.1%})" for d in below[:5]) + (", …" if len(below) > 5 else "")
