@@ -68,7 +68,7 @@ def test_text_html_and_unmeasured_types():
     assert visible_words("Plain text, plain words.", "txt") == Counter({"plain": 2, "text": 1, "words": 1})
     page = ("<html><head><title>Tab</title><style>p{}</style></head><body><nav>Menu</nav><h1>Top</h1>"
             "<p>One <b>bold</b>word</p><table><tr><td>a</td><td>b</td></tr></table><div hidden>gone</div>"
-            "<script>var x;</script></body></html>")
+            "<p style=\"display: none\">also gone</p><script>var x;</script></body></html>")
     assert visible_words(page, "html") == Counter({"top": 1, "one": 1, "boldword": 1, "a": 1, "b": 1})
     assert visible_words("x", "pdf") is None and visible_words("x", "docx") is None
 

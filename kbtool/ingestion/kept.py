@@ -144,7 +144,8 @@ def _html(text: str) -> Counter | None:
         root = lxml.html.document_fromstring(text)
     except Exception:
         return None
-    xpath = "|".join(f"//{t}" for t in _HIDDEN_HTML) + "|//*[@hidden]|//*[@aria-hidden='true']"
+    xpath = "|".join(f"//{t}" for t in _HIDDEN_HTML) + ("|//*[@hidden]|//*[@aria-hidden='true']"
+                                                          "|//*[contains(translate(@style, ' ', ''), 'display:none')]")
     for el in root.xpath(xpath):
         if el.getparent() is not None:
             el.drop_tree()

@@ -17,10 +17,11 @@ from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_me
 from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
-from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, decode_text, parse_file, read_file, sha256_bytes
 from .sources import IngestOptions, check_clashes, plan
 
 MIN_KEPT_TEXT = 0.98  # the contract's data.min_kept_text by default
+MEASURED = ("md", "txt", "html")  # the types the kept-text guard reads (ingestion/kept.py)
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
 # PROGRESS_INSIDE bytes or more, "parsing DOC_ID (MB)" counting its megabytes as they are parsed.
@@ -423,10 +424,9 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
 
 def _kept(doc: ParsedDocument, data: bytes | None, src: _Source, options: IngestOptions):
     """The kept-text measure of a parsed file (None: a BEIR record, or a type not measured)."""
-    if data is None or src.path is None:
-        return None
+    if data is None or src.path is None or doc.filetype not in MEASURED:
+        return None  # a PDF or DOCX is never decoded as text
     from .kept import measure_document
-    from .parse import decode_text
 
     try:
         source = decode_text(data, src.doc_id, options.encoding)
