@@ -201,3 +201,16 @@ def test_the_library_report_and_the_catalog_keep_the_measure(tmp_path, fake_embe
     assert report.updated == ["page.html"] and report.chunks_written == 0
     assert [d["doc_id"] for d in store.kept_below(0.99)["below"]] == ["page.html"]
     assert store.kept_below(0.2)["below"] == []
+
+
+ISSUE_30 = ("# Title\n\n<div class=\"composition-api\">\n\nIf you do not use `<script setup>`, make sure this text is "
+            "still here.\n\nThe third paragraph should also be here.\n\n</div>\n\nFourth paragraph.\n")
+
+
+def test_the_issue_s_five_lines_keep_everything_and_the_old_loss_is_caught(tmp_path):
+    path = write(tmp_path / "page.md", ISSUE_30)
+    assert measure_document(parse_file(path, "page.md"), ISSUE_30, ".md").share == 1.0
+    old = measure(visible_words(ISSUE_30, "md"), "Title")  # what the store held before markdown-it
+    assert old.share < 0.1 and {"third", "fourth"} <= set(visible_words(ISSUE_30, "md"))
+    heading = "# \\<script setup>\n\nBody words.\n"
+    assert visible_words(heading, "md") == Counter({"script": 1, "setup": 1, "body": 1, "words": 1})
