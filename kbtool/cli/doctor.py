@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from . import app
-from ._common import JsonOpt, StoreOpt, WaitOpt, err, handle_errors, open_store, out, print_json, writer_settings
+from ._common import ContractOpt, JsonOpt, StoreOpt, WaitOpt, err, handle_errors, open_store, out, print_json, writer_settings
 
 
 @app.command()
@@ -15,8 +15,12 @@ def doctor(
     wait: WaitOpt = 300.0,
     store: StoreOpt = None,
     json_: JsonOpt = False,
+    contract: ContractOpt = None,
 ):
-    """Check that catalog, Chroma and BM25 hold the same chunks; exit 1 if they do not."""
+    """Check that catalog, Chroma and BM25 hold the same chunks; exit 1 if they do not.
+
+    Also lists the documents whose chunks keep less of their visible text than the contract's
+    data.min_kept_text (a warning: the indexes can be in line with a parse that lost text)."""
     from ..index import repair as run_repair
     from ..store.doctor import diagnose
 
@@ -30,11 +34,17 @@ def doctor(
         repaired = run_repair(kb, load_embedder(kb.embedding_spec()))
         findings = diagnose(kb)
     ok = all(f["ok"] for f in findings)
+    from ..contract import load_contract
+    from .status import kept_line
+
+    kept = kb.kept_below(load_contract(contract).data.min_kept_text)
     if json_:
-        print_json({"store": str(kb.path), "ok": ok, "findings": findings, "repaired": repaired})
+        print_json({"store": str(kb.path), "ok": ok, "findings": findings, "repaired": repaired, "kept_text": kept})
     else:
         for f in findings:
             out.print(f"{'ok  ' if f['ok'] else 'FAIL'} {f['check']:<10} {f['detail']}", highlight=False, markup=False)
+        out.print(f"{'ok  ' if not kept['below'] else 'warn'} {'kept text':<10} {kept_line(kept)}", highlight=False,
+                  markup=False)
         if repaired is not None:
             err.print(f"repaired: {repaired}", highlight=False, markup=False)
         if not ok and not repair:

@@ -29,7 +29,7 @@ def ingest(
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
     max_file_size: Annotated[Optional[float], typer.Option("--max-file-size", help=f"Skip files larger than this many MB, whatever their type (default, per type: {size_limits_text()}).")] = None,
     allow_failures: Annotated[int, typer.Option("--allow-failures", min=0, metavar="N", help="Exit 0 even if up to N files fail to parse (default 0: any failure exits 1).")] = 0,
-    strict: Annotated[bool, typer.Option("--strict", hidden=True, help="Kept for old scripts: failing on any failed file is the default.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a document keeps less of its visible text than the contract's data.min_kept_text (default 0.98); failing on any failed file is the default.")] = False,
     markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
     include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, {!path!}, --8<-- \"path\", <!--@include: path-->) resolve against: inside the ingested folder, or outside it within the same git repository [default: the ingested folder].")] = None,
     meta_from_path: Annotated[Optional[List[str]], typer.Option("--meta-from-path", help="Metadata from the document path, e.g. 'docs/{lang}/**' gives lang=en (repeatable).")] = None,
@@ -71,7 +71,7 @@ def ingest(
     paths = list(paths or [])
     check_request(paths, stemmer=stemmer, id_prefix=id_prefix)  # before a store is made
     vectors = chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection)  # before a store is made
-    declared = _declared(contract)
+    declared, min_kept = _declared(contract)
     kb, embedder = open_for_ingest(
         store, paths, declared, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix,
         max_tokens=max_tokens, tokenizer=tokenizer, input_type=input_type, stemmer=stemmer, id_prefix=id_prefix,
@@ -79,7 +79,8 @@ def ingest(
         configure=lambda kb: writer_settings(kb, wait, quiet))
     with progress_bars(quiet) as progress:
         report = run_ingest(kb, paths, options, embedder=embedder, progress=progress, sources=declared,
-                            update_sources=update_sources, root_moved=[root_moved] if root_moved else None)
+                            update_sources=update_sources, root_moved=[root_moved] if root_moved else None,
+                            min_kept_text=min_kept)
     hint = None if quiet and not json_ else _multilingual_hint(kb, parse_only)  # said once: where it is seen
     if json_:
         print_json({**report.to_dict(), **({"hint": hint} if hint else {})})
@@ -93,21 +94,28 @@ def ingest(
                   + ": fix them (the reasons are above" + (", all in --json" if not json_ else "")
                   + f"), or accept them with --allow-failures {failed}", highlight=False, markup=False)
         raise typer.Exit(1)
+    below = report.kept_text.get("below") or []
+    if strict and below:
+        err.print(f"ingest: {len(below)} document(s) keep less than {report.kept_text['threshold']:.0%} of their "
+                  "visible text (--strict)", highlight=False, markup=False)
+        raise typer.Exit(1)
 
 
 def _declared(contract_opt):
-    """The contract's declared sources (root, options, as written), or None when it declares none."""
+    """(the contract's declared sources (root, options, as written) or None when it declares none,
+    its data.min_kept_text)."""
     from ..contract import find_contract, load_contract
+    from ..ingestion.pipeline import MIN_KEPT_TEXT
 
     path = find_contract(contract_opt)
     if path is None:
-        return None
+        return None, MIN_KEPT_TEXT
     contract = load_contract(path)
     if not contract.data.sources:
-        return None
+        return None, contract.data.min_kept_text
     from ..ingestion.sources import declared_sources
 
-    return declared_sources(contract, path)
+    return declared_sources(contract, path), contract.data.min_kept_text
 
 
 FIRST_FAILURES = 10  # failures named on the terminal; --json lists all
@@ -147,6 +155,8 @@ def _render(report, store_path, quiet: bool) -> None:
                   f"{i.upserted} written, {i.deleted} deleted", highlight=False)
     for w in report.warnings:
         err.print(f"warning: {w}", highlight=False, markup=False)
+    for line in kept_lines(report.kept_text):
+        err.print(line, highlight=False, markup=False)
     for f in report.failed[:FIRST_FAILURES]:
         err.print(f"[red]failed[/] {escape(f['doc_id'])}: {escape(f['reason'])}", highlight=False)
     if len(report.failed) > FIRST_FAILURES:
@@ -155,6 +165,21 @@ def _render(report, store_path, quiet: bool) -> None:
     if not quiet:
         for s in report.skipped:
             err.print(f"[dim]skipped {s['path']}: {s['reason']}[/]", highlight=False)
+
+
+def kept_lines(kept: dict, shown: int = FIRST_FAILURES) -> list[str]:
+    """The kept-text guard's warning: one line per document below the threshold (the first ``shown``)."""
+    below = kept.get("below") or []
+    if not below:
+        return []
+    lines = [f"warning: {len(below)} document(s) keep less than {kept['threshold']:.0%} of their visible text "
+             "(data.min_kept_text):"]
+    for d in below[:shown]:
+        missing = ", ".join(d["missing"])
+        lines.append(f"  {d['doc_id']}: {d['kept']:.1%} kept" + (f"; missing e.g. {missing}" if missing else ""))
+    if len(below) > shown:
+        lines.append(f"  … and {len(below) - shown} more (`--json` lists every one: kept_text.below)")
+    return lines
 
 
 def _multilingual_hint(kb, parse_only: bool) -> str | None:

@@ -25,7 +25,10 @@ def status(
     from ..store.doctor import engine_line
 
     kb = open_store(store)
-    info = restricted_status(kb, load_contract_opt(contract, []), principal, allow)
+    contract_ = load_contract_opt(contract, [])
+    info = restricted_status(kb, contract_, principal, allow)
+    # The kept-text guard describes the whole store: not shown to a restricted caller.
+    info["kept_text"] = None if info.get("access") is not None else kb.kept_below(contract_.data.min_kept_text)
     if json_:
         print_json(info)
         return
@@ -57,6 +60,7 @@ def status(
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),
         ("indexes", "current" if info["indexes_current"] else "behind the catalog: run `kbtool index`"),
+        *([] if restricted else [("kept text", kept_line(info["kept_text"]))]),
         *([] if restricted else [("source", _source_line(src)) for src in info.get("sources") or []]),
         *([] if restricted else [("last ingest", str(info["last_ingest"])),
                                  ("disk", f"{info['disk_bytes'] / 2**20:.1f} MiB")]),
@@ -64,6 +68,17 @@ def status(
     for k, v in rows:
         table.add_row(k, v)
     out.print(table, highlight=False)
+
+
+def kept_line(kept: dict) -> str:
+    """'2 of 40 measured documents keep less than 98% of their visible text: a.md (87.0%), …'."""
+    below, t = kept["below"], kept["threshold"]
+    if not kept["measured"]:
+        return "no document measured (Markdown, text and HTML are, when parsed)"
+    if not below:
+        return f"{kept['measured']} measured document(s) keep at least {t:.0%} of their visible text"
+    named = ", ".join(f"{d['doc_id']} ({d['kept']:.1%})" for d in below[:5]) + (", …" if len(below) > 5 else "")
+    return f"{len(below)} of {kept['measured']} measured documents keep less than {t:.0%} of their visible text: {named}"
 
 
 def _source_line(src: dict) -> str:

@@ -103,6 +103,11 @@ class DataSpec(_Strict):
         default_factory=list,
         description="the roots `kbtool ingest` (without a path) ingests, each with its options; empty: the "
                     "folders given to `ingest`, remembered by the store")
+    min_kept_text: float = Field(
+        0.98, ge=0, le=1,
+        description="kept-text guard: a Markdown, text or HTML document whose chunks keep less than this share of "
+                    "the words a reader sees in its file is listed by `ingest` (a warning; `ingest --strict` exits "
+                    "1), `status` and `doctor`")
 
     @field_validator("sources")
     @classmethod

@@ -17,8 +17,11 @@ from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_me
 from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
-from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, parse_file, read_file, sha256_bytes
+from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, decode_text, parse_file, read_file, sha256_bytes
 from .sources import IngestOptions, check_clashes, plan
+
+MIN_KEPT_TEXT = 0.98  # the contract's data.min_kept_text by default
+MEASURED = ("md", "txt", "html")  # the types the kept-text guard reads (ingestion/kept.py)
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
 # PROGRESS_INSIDE bytes or more, "parsing DOC_ID (MB)" counting its megabytes as they are parsed.
@@ -57,6 +60,8 @@ class IngestReport:
     # include directives whose file was not found: {doc_id, include} each (the text lost with them)
     missing_includes: list = field(default_factory=list)
     moved: list = field(default_factory=list)  # {from, to, documents}: roots re-used from a new folder
+    # the kept-text guard after the run: {threshold, measured, below: [{doc_id, path, kept, missing}]}
+    kept_text: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -175,7 +180,8 @@ def _validate(options: IngestOptions) -> None:
 def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestOptions | None = None, *,
            embedder=None, chunk_params: ChunkParams | None = None, progress: Progress | bool | None = None,
            sources: list | None = None, update_sources: bool = False,
-           root_moved: list[tuple[str | Path, str | Path]] | None = None) -> IngestReport:
+           root_moved: list[tuple[str | Path, str | Path]] | None = None,
+           min_kept_text: float = MIN_KEPT_TEXT) -> IngestReport:
     """Bring the store in line with the given files or folders, holding the store's writer lock.
 
     ``paths`` None (or empty) ingests ``sources`` — declared ones, ``(root, IngestOptions, as
@@ -184,7 +190,9 @@ def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestO
     a UsageError unless ``update_sources``. ``root_moved`` pairs (old root, new folder) say a folder
     moved: its documents, chunks and vectors are re-used from the new place (a root whose folder is
     gone is taken as moved when another folder brings the same document ids). ``progress``: a
-    callback ``(stage, advance, total)``, or True for plain progress lines on standard error."""
+    callback ``(stage, advance, total)``, or True for plain progress lines on standard error.
+    ``min_kept_text`` (the contract's ``data.min_kept_text``): the report's ``kept_text`` lists the
+    store's documents whose blocks keep less of their visible text (``ingestion.kept``)."""
     from ..progress import resolve
 
     progress = resolve(progress)
@@ -195,8 +203,10 @@ def ingest(store: Store, paths: list[str | Path] | None = None, options: IngestO
         if not Path(new).is_dir():
             raise UsageError(f"root moved to {new}: no such folder")
     with store.writing():
-        return _ingest(store, paths, options, embedder=embedder, chunk_params=chunk_params, progress=progress,
-                       sources=sources, update_sources=update_sources, root_moved=root_moved)
+        report = _ingest(store, paths, options, embedder=embedder, chunk_params=chunk_params, progress=progress,
+                         sources=sources, update_sources=update_sources, root_moved=root_moved)
+        report.kept_text = store.kept_below(min_kept_text)
+        return report
 
 
 def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedder=None,
@@ -408,8 +418,21 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
     if doc.includes:  # relative to the root: a moved folder finds them again
         stored["includes"] = {(Path(p).relative_to(root).as_posix() if Path(p).is_relative_to(root) else p): sha
                               for p, sha in doc.includes.items()}
-    store.put_document(doc, root, metadata, stored)
+    store.put_document(doc, root, metadata, stored, kept=_kept(doc, data, src, options))
     return "updated" if prev else "added"
+
+
+def _kept(doc: ParsedDocument, data: bytes | None, src: _Source, options: IngestOptions):
+    """The kept-text measure of a parsed file (None: a BEIR record, or a type not measured)."""
+    if data is None or src.path is None or doc.filetype not in MEASURED:
+        return None  # a PDF or DOCX is never decoded as text
+    from .kept import measure_document
+
+    try:
+        source = decode_text(data, src.doc_id, options.encoding)
+    except ParseError:
+        return None
+    return measure_document(doc, source, src.path.suffix)
 
 
 def _includes_changed(store: Store, doc_id: str, root: str) -> bool:

@@ -84,6 +84,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         # The included files (and their lines) a chunk's text came from, as JSON, for citations.
         "ALTER TABLE chunks ADD COLUMN line_source TEXT",
     ),
+    (
+        "0005_kept_text",
+        # The kept-text guard (ingestion/kept.py): the share of the source's visible words its blocks
+        # keep, and the words most missing (JSON list); NULL: not measured (PDF, DOCX, CSV, BEIR).
+        "ALTER TABLE documents ADD COLUMN kept REAL;"
+        "ALTER TABLE documents ADD COLUMN kept_missing TEXT",
+    ),
 ]
 
 
@@ -242,7 +249,8 @@ class Catalog:
         except ValueError:
             return {}
 
-    def put_document(self, doc, root: str, metadata: str, blocks: str, options: str, now: str) -> None:
+    def put_document(self, doc, root: str, metadata: str, blocks: str, options: str, now: str,
+                     kept: float | None = None, kept_missing: str | None = None) -> None:
         """Insert or replace a document; its old chunks go and it awaits chunking (generation + 1) —
         unless it was re-parsed to the same title, metadata and blocks (a parser upgrade that does
         not change it, a touched file): then only its record is updated and its chunks stay."""
@@ -251,16 +259,18 @@ class Catalog:
                              (doc.doc_id,)).fetchone()
             if row is not None and row["chunked_with"] is not None and (row["title"], row["metadata"], row["blocks"],
                                                                          row["root"]) == (doc.title, metadata, blocks, root):
-                db.execute("UPDATE documents SET path=?, sha256=?, size=?, mtime=?, filetype=?, ingested_at=?, options=?"
-                           " WHERE doc_id=?", (doc.path, doc.sha256, doc.size, doc.mtime, doc.filetype, now, options,
-                                               doc.doc_id))
+                db.execute("UPDATE documents SET path=?, sha256=?, size=?, mtime=?, filetype=?, ingested_at=?, options=?,"
+                           " kept=?, kept_missing=? WHERE doc_id=?", (doc.path, doc.sha256, doc.size, doc.mtime,
+                                                                     doc.filetype, now, options, kept, kept_missing,
+                                                                     doc.doc_id))
                 return
             db.execute("DELETE FROM chunks WHERE doc_id=?", (doc.doc_id,))
             db.execute(
                 "INSERT OR REPLACE INTO documents (doc_id, root, path, sha256, size, mtime, filetype, title,"
-                " metadata, text, blocks, ingested_at, chunked_with, options) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
+                " metadata, text, blocks, ingested_at, chunked_with, options, kept, kept_missing)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?,?,?)",
                 (doc.doc_id, root, doc.path, doc.sha256, doc.size, doc.mtime, doc.filetype, doc.title,
-                 metadata, doc.text, blocks, now, options),
+                 metadata, doc.text, blocks, now, options, kept, kept_missing),
             )
             self._bump(db)
 
@@ -327,6 +337,16 @@ class Catalog:
         row = self.db.execute("SELECT doc_id, root, path, sha256, title, filetype, text FROM documents WHERE doc_id=?",
                               (doc_id,)).fetchone()
         return dict(row) if row else None
+
+    def kept_below(self, threshold: float) -> list[dict]:
+        """Documents whose kept-text share is below ``threshold``, lowest first: {doc_id, path, kept, missing}."""
+        rows = self.db.execute("SELECT doc_id, path, kept, kept_missing FROM documents WHERE kept IS NOT NULL"
+                               " AND kept < ? ORDER BY kept, doc_id", (threshold,))
+        return [{"doc_id": r[0], "path": r[1], "kept": round(r[2], 4), "missing": json.loads(r[3] or "[]")} for r in rows]
+
+    def kept_measured(self) -> int:
+        """How many documents carry a kept-text share."""
+        return int(self.db.execute("SELECT COUNT(*) FROM documents WHERE kept IS NOT NULL").fetchone()[0])
 
     def document_text(self, doc_id: str) -> str | None:
         row = self.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc_id,)).fetchone()

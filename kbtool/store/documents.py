@@ -22,12 +22,22 @@ class DocumentsView:
         """The parse options stored with a document (run metadata, markup rules, includes)."""
         return self.catalog.document_options(doc_id)
 
-    def put_document(self, doc, root: str, metadata: dict | None = None, options: dict | None = None) -> None:
-        """Insert or replace a parsed document; its old chunks go and it awaits chunking."""
+    def put_document(self, doc, root: str, metadata: dict | None = None, options: dict | None = None,
+                     kept=None) -> None:
+        """Insert or replace a parsed document; its old chunks go and it awaits chunking. ``kept``:
+        its kept-text measure (``ingestion.kept.Kept``), or None when not measured."""
         check_metadata_keys(metadata or {})
         self.catalog.put_document(doc, root, json.dumps(metadata or {}, sort_keys=True),
                                   json.dumps([b.to_dict() for b in doc.blocks], ensure_ascii=False),
-                                  json.dumps(options or {}, sort_keys=True), mf.now_iso())
+                                  json.dumps(options or {}, sort_keys=True), mf.now_iso(),
+                                  None if kept is None else kept.share,
+                                  None if kept is None else json.dumps(kept.missing, ensure_ascii=False))
+
+    def kept_below(self, threshold: float) -> dict:
+        """The kept-text guard over the store: {threshold, measured (documents), below: [{doc_id,
+        path, kept, missing}] lowest first}."""
+        return {"threshold": threshold, "measured": self.catalog.kept_measured(),
+                "below": self.catalog.kept_below(threshold)}
 
 
     def document_roots(self) -> dict[str, int]:
