@@ -322,3 +322,33 @@ def test_the_watch_survives_an_error_in_one_poll(small, monkeypatch, caplog):
         assert "watch: FileNotFoundError" in caplog.text and service.watch_error is None  # said, then cleared
     finally:
         w.stop()
+
+
+def test_an_edit_made_while_the_watch_ingests_is_ingested_too(small):
+    """The watch took its snapshot of the files after its ingest: an edit saved while the ingest ran
+    (a second file of a `git pull`, an editor saving again) was taken as already seen and never
+    ingested (the served answers kept the old text, and said nothing)."""
+    import time
+
+    from kbtool.serve.watch import Watcher
+
+    base, service = small
+    w = Watcher(service, interval=0.05, debounce=0.1)
+    runs = []
+
+    def ingest():  # the ingest of the first change runs; meanwhile a second file is saved
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            (base / "docs" / "plan.md").write_text("# Plan\n\nA second edit, saved while the ingest ran.\n")
+            time.sleep(0.3)
+
+    w._ingest = ingest
+    w.start()
+    try:
+        (base / "docs" / "notes.txt").write_text("Meeting notes, edited.\n")
+        end = time.monotonic() + 10
+        while len(runs) < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert len(runs) == 2, "the edit made during the ingest was never ingested"
+    finally:
+        w.stop()

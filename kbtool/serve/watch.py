@@ -105,9 +105,10 @@ class Watcher:
             self.service.sources_changed = self.service.sources_changed or time.time()
             return  # still changing: wait for quiet
         if changed_at is not None and time.monotonic() - changed_at >= self.debounce:
+            # The files as they were when the ingest started: an edit made while it runs differs
+            # from them, so the next step sees it (a snapshot taken after would swallow it).
             self._state = (seen, None)
             self._ingest()
-            self._state = (snapshot(self.roots()), None)
 
     def _ingest(self) -> None:
         started = time.time()
