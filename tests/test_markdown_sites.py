@@ -253,3 +253,25 @@ def test_the_blocks_hold_the_hand_counted_text(expected, page):
     have = Counter(re.findall(r"\w+", " ".join(b.text for b in parse(page).blocks).lower()))
     kept = sum(min(n, have[w]) for w, n in want.items()) / sum(want.values())
     assert kept >= 0.99, sorted((want - have).items())[:30]
+
+
+def test_ingest_of_a_docs_site_with_a_component_only_page_exits_0_naming_it_skipped(tmp_path):
+    """A real VitePress site (its pages as committed here): exit 0, the component-only page named as
+    skipped for having no text, nothing failed, every other page keeps its text (the guard)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(SITES / "vitepress", tmp_path / "site")
+    r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(tmp_path / "site"), "--store",
+                        str(tmp_path / "kb"), "--json", "--strict"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["counts"]["failed"] == 0 and out["counts"]["added"] >= 3
+    assert [(s["path"], s["reason"].split(":")[0]) for s in out["skipped"] if s["path"] != "LICENSE"] == [
+        ("src/api/index.md", "no text")]
+    assert out["kept_text"]["below"] == [] and out["kept_text"]["measured"] == out["counts"]["added"]
+    r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(tmp_path / "site"), "--store",
+                        str(tmp_path / "kb")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "skipped src/api/index.md: no text" in r.stderr, r.stderr
