@@ -131,8 +131,16 @@ def parse_worker(path: str, before: bool) -> None:
     t = time.perf_counter()
     doc = parse.parse_file(Path(path), Path(path).name, max_bytes=10**12)
     dt = time.perf_counter() - t
-    print(json.dumps({"parse_s": round(dt, 1), "blocks": len(doc.blocks), "rss_before_parse_mb": round(base),
-                      "peak_rss_mb": round(_peak_rss_mb())}))
+    out = {"parse_s": round(dt, 1), "blocks": len(doc.blocks)}
+    try:  # the kept-text guard's measure, as ingest runs it after parsing (issue 30)
+        from kbtool.ingestion.kept import measure_document
+
+        t = time.perf_counter()
+        kept = measure_document(doc, Path(path).read_text(encoding="utf-8"), Path(path).suffix)
+        out.update(kept_s=round(time.perf_counter() - t, 1), kept=None if kept is None else round(kept.share, 4))
+    except ImportError:  # a checkout from before it
+        pass
+    print(json.dumps({**out, "rss_before_parse_mb": round(base), "peak_rss_mb": round(_peak_rss_mb())}))
 
 
 def _peak_rss_mb() -> float:

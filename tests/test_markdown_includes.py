@@ -47,6 +47,7 @@ SYNTAXES = [
     ("{* ../../src/app.py ln[3:4] hl[4] *}", "def handler(event):", [3, 4]),
     ("```python\n{!../src/app.py!}\n```", "return os.environ", [1, 6]),  # markdown-include, from the docs folder
     ("```python\n    {!> ../src/app.py!}\n```", "    def handler(event):", [1, 6]),  # mdx_include: the directive's indent
+    ("```python\n{!> ../src/app.py[ln:3-4]!}\n```", "def handler(event):", [3, 4]),  # mdx_include line range
     ("```python\n--8<-- \"src/app.py\"\n```", "print('done')", [1, 6]),  # PyMdown Snippets, from the repository
     ("```python\n--8<-- \"src/app.py:3:4\"\n```", "def handler(event):", [3, 4]),
     ("<!--@include: ../../src/app.py{3,4}-->", "def handler(event):", [3, 4]),  # VitePress
@@ -66,7 +67,7 @@ def test_each_include_syntax_brings_the_text_cited_at_the_included_lines(repo, d
     text = "\n".join(b.text for b in doc.blocks)
     assert "include" not in text and "{*" not in text and "{!" not in text and "8<" not in text
     assert included(doc, "Intro line.").source is None and included(doc, "After.").lines[0] > 5
-    if "ln[3:4]" in directive or ":3:4" in directive or "{3,4}" in directive:
+    if any(mark in directive for mark in ("ln[3:4]", ":3:4", "{3,4}", "[ln:3-4]")):
         assert "import os" not in text and "print('done')" not in text
 
 

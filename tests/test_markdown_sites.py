@@ -275,3 +275,19 @@ def test_ingest_of_a_docs_site_with_a_component_only_page_exits_0_naming_it_skip
     r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(tmp_path / "site"), "--store",
                         str(tmp_path / "kb")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "skipped src/api/index.md: no text" in r.stderr, r.stderr
+
+
+def test_an_api_reference_directive_keeps_the_name_and_drops_its_options(tmp_path):
+    """mkdocstrings' `::: package.Class` (FastAPI's reference pages): the rendered page is titled by
+    the object's name; the indented `options:` YAML is configuration. The guard agrees."""
+    from kbtool.ingestion.kept import measure_document
+
+    page = tmp_path / "apirouter.md"
+    page.write_text("# `APIRouter` class\n\nImport it from `fastapi`.\n\n::: fastapi.APIRouter\n    options:\n"
+                    "        members:\n            - websocket\n            - include_router\n\nAfter it.\n",
+                    encoding="utf-8")
+    doc = parse_file(page, "apirouter.md")
+    assert [(b.kind, b.text) for b in doc.blocks] == [
+        ("title", "APIRouter class"), ("text", "Import it from `fastapi`."), ("text", "fastapi.APIRouter"),
+        ("text", "After it.")]
+    assert measure_document(doc, page.read_text(encoding="utf-8"), ".md").share == 1.0

@@ -63,10 +63,14 @@ def read_include(target: str, doc_dir: Path | None, include_root: Path | None, i
 
 def selection(target: str, form: str, options: str = "") -> tuple[str, object]:
     """The file a directive names and which of its lines it shows: ``(first, last)`` (1-based,
-    None = open), a section name, or None (all)."""
+    None = open), a list of them, a section name, or None (all)."""
     if form == "curly":  # {* path ln[3:9] hl[2] *}: ln selects, hl only highlights
         m = re.search(r"\bln\[(\d*):?(\d*)", options)
         return target, ((int(m.group(1) or 1), int(m.group(2)) if m.group(2) else None) if m else None)
+    m = re.match(r"^(.*?)\[ln:([\d\s,-]+)\]$", target)
+    if m:  # mdx_include: "file.py[ln:1-7]", "file.py[ln:3-5,9-12]"
+        spans = [tuple(int(x) for x in part.split("-", 1)) for part in m.group(2).replace(" ", "").split(",") if part]
+        return m.group(1), [(sp[0], sp[-1]) for sp in spans]
     if "#" in target and form == "comment":  # VitePress: path#region
         target, region = target.split("#", 1)
         return target, region
@@ -84,9 +88,9 @@ def select(lines: list[str], which) -> list[tuple[int, str]]:
     numbered = list(enumerate(lines, start=1))
     if which is None:
         return numbered
-    if isinstance(which, tuple):
-        first, last = which
-        return [(n, t) for n, t in numbered if n >= first and (last is None or n <= last)]
+    if isinstance(which, (tuple, list)):
+        spans = [which] if isinstance(which, tuple) else which
+        return [(n, t) for n, t in numbered if any(n >= a and (b is None or n <= b) for a, b in spans)]
     start = re.compile(rf"(?:#region\s+{re.escape(which)}\b|\[start:{re.escape(which)}\])")
     end = re.compile(rf"(?:#endregion\b|\[end:{re.escape(which)}\])")
     out, inside = [], False

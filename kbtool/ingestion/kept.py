@@ -29,6 +29,7 @@ _ESM = re.compile(r"^(?:import|export)\b")
 _ADMONITION = re.compile(r"^([ \t]*)(?:!!!|\?\?\?\+?)[ \t]*[\w-]+(?:[ \t]+inline(?:[ \t]+end)?)?[ \t]*(?:\"([^\"]*)\")?[ \t]*$")
 _BLOCKS = re.compile(r"^([ \t]*)/{3,}[ \t]*[\w-]*[ \t]*(?:\|(.*))?$")  # pymdownx blocks: /// tip | Title
 _CONTAINER = re.compile(r"^([ \t]*(?:>[ \t]?)*):{3,}[ \t]*[\w-]*[ \t]*(.*)$")  # :::tip Title, :::tip[Title]
+_AUTODOC = re.compile(r"^[ \t]*:::[ \t]+([A-Za-z_]\w*(?:\.\w+)+)[ \t]*$")  # mkdocstrings: its options are not text
 _ALERT = re.compile(r"\[![A-Za-z]+\]")  # > [!NOTE]
 _ORDERED = re.compile(r"^([ \t]*(?:>[ \t]?)*)\d{1,9}[.)](?=[ \t]|$)")  # list numbers are markup
 # Terminal transcripts: sites render these tags in code as colours; not in languages where tags are code.
@@ -74,8 +75,13 @@ def _markdown(text: str, mdx: bool) -> Counter:
     mdx_fence = None  # an mdx-code-block fence: its inside is read as Markdown
     esm = snippets = False
     previous_blank = True
+    autodoc = None  # the indent of a mkdocstrings directive whose indented options follow
     for line in text.split("\n"):
         blank = not line.strip()
+        if autodoc is not None and fence is None:
+            if blank or len(line) - len(line.lstrip()) > autodoc:
+                continue
+            autodoc = None
         if _SNIPPET_BLOCK.match(line):  # --8<-- on its own opens and closes a list of included files
             snippets = not snippets
             continue
@@ -104,6 +110,11 @@ def _markdown(text: str, mdx: bool) -> Counter:
             continue
         previous_blank = blank
         if _REF_DEF.match(line):
+            continue
+        a = _AUTODOC.match(line)
+        if a:
+            autodoc = len(line) - len(line.lstrip())
+            prose.append(a.group(1))
             continue
         for pattern in (_ADMONITION, _BLOCKS, _CONTAINER):
             a = pattern.match(line)

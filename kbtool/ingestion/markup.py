@@ -20,6 +20,8 @@ rules in force are part of every document's parse options, so a change re-parses
   then the include root; the file must lie under the ingest root or the declared include root.
   Included lines remember their file and line (``line_src``): a block made of them is cited
   there. Not found: removed and counted.
+* ``admonitions`` also reads mkdocstrings' ``::: package.Class`` (the object's name stays, as a line;
+  its indented ``options:`` go).
 * ``code_html``: HTML inside code blocks (terminal transcripts as ``<span style=...>``) is reduced
   to its text.
 * ``diagrams``: mermaid blocks keep their first lines only, so they cannot crowd out prose.
@@ -52,6 +54,7 @@ _MKDOCS = re.compile(r'^(\s*)(!!!|\?\?\?\+?)\s+([\w-]+)(?:\s+[\w-]+)*(?:\s+"(.*?
 _TAB = re.compile(r'^(\s*)===!?\s+"(.*?)"\s*$')  # Material content tabs: body indented below
 _PYMDOWN = re.compile(r"^(/{3,})\s*([\w-]+)?(?:\s*\|\s*(.*?))?\s*$")
 _DOCUSAURUS = re.compile(r"^(:{3,})\s*([\w-]+)?(?:\[(.*?)\]|\s+(.*?))?\s*$")
+_AUTODOC = re.compile(r"^(\s*):::\s+([A-Za-z_]\w*(?:\.\w+)+)\s*$")  # mkdocstrings: ::: package.Class
 _GITHUB = re.compile(r"^\s*>\s*\[!(\w+)\]\s*(.*?)\s*$")
 _INCLUDE_CURLY = re.compile(r"^\s*\{\*\s*(\S+)((?:\s+[^*]*)?)\*\}\s*$")
 _INCLUDE_BANG = re.compile(r"^(\s*)\{!(>?)\s*(\S+?)\s*!\}\s*$")  # markdown-include, mdx_include
@@ -281,6 +284,7 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
     github = False
     snippet_block = False
     mdx_blocks: list[str] = []  # open ```mdx-code-block fences (their content is Markdown)
+    autodoc: int | None = None  # after a mkdocstrings "::: package.Class": the indent of its directive
 
     def strip_attrs(title: str) -> str:
         a = _ATTRS.search(title)
@@ -398,6 +402,19 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                 continue
 
         if rules.on("admonitions"):
+            # mkdocstrings: "::: package.Class" renders that object's documentation, titled by its
+            # name (kept as a line); its indented "options:" YAML is configuration, not text.
+            if autodoc is not None:
+                if not line.strip() or len(line) - len(line.lstrip()) > autodoc:
+                    continue
+                autodoc = None
+            m = _AUTODOC.match(line)
+            if m:
+                out.add(m.group(1) + m.group(2), src)
+                out.add("", src)
+                autodoc = len(m.group(1))
+                stats["autodoc"] = stats.get("autodoc", 0) + 1
+                continue
             # PyMdown block options ("    type: warning") right after the opening line.
             if options_allowed and _PYMDOWN_OPTION.match(line):
                 continue
