@@ -64,6 +64,12 @@ def test_mdx_and_dialect_markers_by_hand():
          "quoted": 1, "emphasis": 1, "kbd": 1, "col": 1, "val": 1, "8": 1, "2": 1})
 
 
+def test_diagrams_and_api_reference_options_are_not_text_by_hand():
+    page = ("# Flow\n\n```mermaid\nsequenceDiagram\n    opt raise\n    end\n```\n\n::: fastapi.APIRouter\n"
+            "    options:\n        members:\n            - websocket\n\nAfter it.\n")
+    assert visible_words(page, "md") == Counter({"flow": 1, "fastapi": 1, "apirouter": 1, "after": 1, "it": 1})
+
+
 def test_text_html_and_unmeasured_types():
     assert visible_words("Plain text, plain words.", "txt") == Counter({"plain": 2, "text": 1, "words": 1})
     page = ("<html><head><title>Tab</title><style>p{}</style></head><body><nav>Menu</nav><h1>Top</h1>"

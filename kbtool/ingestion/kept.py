@@ -2,8 +2,9 @@
 
 ``visible_words`` measures the source on its own, without the Markdown parser (``kbtool.markdown``)
 or unstructured, so it catches their losses: front matter, comments, link and image URLs, HTML tag
-markup, fence info strings, include directives, MDX import/export lines, admonition markers and
-heading anchors are not text; the text between tags, inline code and code blocks are. Words are
+markup, fence info strings, include directives, MDX import/export lines, admonition markers,
+heading anchors and diagram sources (mermaid, PlantUML, Graphviz: drawn as pictures) are not
+text; the text between tags, inline code and code blocks are. Words are
 ``\\w+`` of the lower-cased text (Markdown prose: without the ``_`` of ``_emphasis_``).
 ``kept_share`` is the multiset share of those words found in the kept text: words the kept side
 adds (section paths, included files, admonition types) change nothing.
@@ -36,6 +37,7 @@ _ORDERED = re.compile(r"^([ \t]*(?:>[ \t]?)*)\d{1,9}[.)](?=[ \t]|$)")  # list nu
 _CODE_TAG = re.compile(r"</?(?:span|font|u|b|i|strong|em)\b[^<>]*>", re.I)
 _MARKUP_LANGS = {"html", "htm", "xhtml", "xml", "svg", "jsx", "tsx", "vue", "svelte", "markdown", "md", "mdx", "php",
                  "astro", "erb", "jinja", "jinja2", "django", "handlebars", "vue-html"}
+_DIAGRAM_LANGS = {"mermaid", "plantuml", "puml", "dot", "graphviz", "d2"}
 _REF_DEF = re.compile(r"^[ \t]{0,3}\[(?!\^)[^\]\n]+\]:[ \t]*\S+.*$")
 # Leftmost first, as a reader's renderer sees them: an HTML or JSX comment, or a code span (not
 # across a blank line), whichever starts first.
@@ -72,6 +74,7 @@ def _markdown(text: str, mdx: bool) -> Counter:
     code: list[str] = []
     fence = None  # the opening fence of the code block we are in
     tags_are_code = True
+    diagram = False  # a diagram's source is drawn as a picture, not read as text (the diagrams rule)
     mdx_fence = None  # an mdx-code-block fence: its inside is read as Markdown
     esm = snippets = False
     previous_blank = True
@@ -91,7 +94,7 @@ def _markdown(text: str, mdx: bool) -> Counter:
         if fence is not None:
             if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not m.group(2).strip():
                 fence = None
-            else:
+            elif not diagram:
                 code.append(_INCLUDE.sub(" ", line if tags_are_code else html.unescape(_CODE_TAG.sub("", line))))
             continue
         if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
@@ -103,6 +106,7 @@ def _markdown(text: str, mdx: bool) -> Counter:
                 fence = m.group(1)
                 lang = (m.group(2).strip().split() or [""])[0].strip("{}.").lower()
                 tags_are_code = lang in _MARKUP_LANGS
+                diagram = lang in _DIAGRAM_LANGS
             continue
         if mdx and (esm or (previous_blank and _ESM.match(line))):
             esm = not blank
