@@ -100,14 +100,22 @@ class Rules:
                     return c, m.group(0)
         return None
 
-    def scan(self, text: str) -> tuple[str, str | None, dict[str, int]]:
-        """(text with redactions, the category dropping it or None, {category: redactions})."""
+    def scan(self, text: str, source: str | None = None, start: int | None = None) -> tuple[str, str | None, dict[str, int]]:
+        """(text with redactions, the category dropping it or None, {category: redactions}).
+
+        ``source``: the text ``text`` was cut from (its document, line breaks as parsed) at
+        ``start``: a credential found there is redacted in ``text`` too, so a secret cut across
+        chunks, or whose lines the parser joined, is still one secret."""
         counts: dict[str, int] = {}
         for c in self.categories:
-            if c.results == "allow" or (c.regex is None and c.find is None) or (c.maybe is not None and not c.maybe(text)):
+            if c.results == "allow" or (c.regex is None and c.find is None):
+                continue
+            if c.maybe is not None and not c.maybe(text) and not (c.find is not None and source and c.maybe(source)):
                 continue
             if c.find is not None:
                 spans = c.find(text)
+                if source:
+                    spans = _union(spans, within_source(text, source, start, c.find))
                 if spans and c.results == "drop":
                     return text, c.name, counts
                 if spans:
@@ -377,6 +385,73 @@ def credential_spans(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(merged)
 
 
+def _union(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted([*a, *b]):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return tuple(merged)
+
+
+def within_source(text: str, source: str, start: int | None, find=None) -> list[tuple[int, int]]:
+    """The spans of ``text`` that lie inside a credential of ``source`` (``text`` cut from it at
+    ``start``): by offset when ``text`` is that slice of ``source``, else by the secret's lines
+    (whole, or the part of one a piece begins or ends with: at least 8 characters)."""
+    secrets = (find or credential_spans)(source)
+    if not secrets:
+        return []
+    out: list[tuple[int, int]] = []
+    exact = start is not None and source[start:start + len(text)] == text
+    for s, e in secrets:
+        if exact:
+            a, b = max(s, start), min(e, start + len(text))
+            if a < b:
+                out.append((a - start, b - start))
+            continue
+        for line in source[s:e].split("\n"):
+            line = line.strip()
+            if len(line) < 8:
+                continue
+            for m in re.finditer(re.escape(line), text):
+                out.append(m.span())
+            head, tail = text.lstrip(), text.rstrip()
+            for n in range(len(line) - 1, 7, -1):  # a piece beginning inside the line, or ending inside it
+                if head.startswith(line[-n:]):
+                    at = len(text) - len(head)
+                    out.append((at, at + n))
+                    break
+            for n in range(len(line) - 1, 7, -1):
+                if tail.endswith(line[:n]):
+                    out.append((len(tail) - n, len(tail)))
+                    break
+    return out
+
+
+def redact_lines(text: str, rules: "Rules") -> tuple[str, str | None, dict[str, int]]:
+    """``Rules.scan`` for a span of source lines shown whole (``/v1/documents``, MCP ``read``): a
+    credential across lines is redacted line by line, so line numbers stay those of the file."""
+    counts: dict[str, int] = {}
+    cred = next((c for c in rules.categories if c.find is not None and c.results != "allow"), None)
+    if cred is not None:
+        spans = cred.find(text)
+        if spans and cred.results == "drop":
+            return text, cred.name, counts
+        if spans:
+            mark, out, at = f"[REDACTED:{cred.name}]", [], 0
+            for s, e in spans:
+                out.append(text[at:s])
+                out.append("\n".join(mark if part.strip() else part for part in text[s:e].split("\n")))
+                at = e
+            text = "".join(out) + text[at:]
+            counts[cred.name] = len(spans)
+    text, drop, more = Rules([c for c in rules.categories if c is not cred]).scan(text)
+    for k, n in more.items():
+        counts[k] = counts.get(k, 0) + n
+    return text, drop, counts
+
+
 def _replace(text: str, spans: Sequence[tuple[int, int]], mark: str) -> str:
     out, at = [], 0
     for s, e in spans:
@@ -474,11 +549,13 @@ def compiled(cfg, base: Path | None = None, *, reread: bool = False) -> Rules:
     return _COMPILED[key]
 
 
-def apply(rules: Rules, question: str, window: list, rows: dict) -> tuple[list, dict[str, str], dict, tuple | None]:
+def apply(rules: Rules, question: str, window: list, rows: dict,
+          source: Callable[[str], str | None] | None = None) -> tuple[list, dict[str, str], dict, tuple | None]:
     """(window without dropped hits, {chunk id: {field: redacted value}}, trace record, refusal or None).
 
     ``window``: [(chunk id, score)] after dedup; ``rows``: chunk rows by id. A hit's text, title and
-    section path (what the context block shows) are scanned; a match in any drops the hit."""
+    section path (what the context block shows) are scanned; a match in any drops the hit.
+    ``source``: doc id -> its text, so a hit's text is also checked against its source span."""
     refused = rules.refusal(question)
     kept, texts = [], {}
     redacted: dict[str, int] = {}
@@ -486,7 +563,8 @@ def apply(rules: Rules, question: str, window: list, rows: dict) -> tuple[list, 
     for item in window:
         row, changed, drop = rows[item[0]], {}, None
         for name in ("text", "title", "section_path"):
-            value, drop, counts = rules.scan(row.get(name) or "")
+            whole = source(row["doc_id"]) if source is not None and name == "text" and row.get("doc_id") else None
+            value, drop, counts = rules.scan(row.get(name) or "", whole, row.get("char_start"))
             if drop:
                 break
             if counts:

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import app
-from ._common import JsonOpt, StoreOpt, handle_errors, open_store, out, print_json, visible
+from ._common import ContractOpt, JsonOpt, StoreOpt, handle_errors, load_contract_opt, open_store, out, print_json, visible
 
 
 @app.command()
@@ -14,11 +14,14 @@ def chunks(
     doc_id: Annotated[Optional[str], typer.Argument(metavar="[DOC_ID]", help="A document id (as `status`, hits and citations name it); without one: every document, a line each.")] = None,
     over_limit: Annotated[bool, typer.Option("--over-limit", help="Only chunks longer than the embedding model's token limit (the model reads only the first part).")] = False,
     store: StoreOpt = None,
+    contract: ContractOpt = None,
     json_: JsonOpt = False,
 ):
     """Show what a document was cut into: each chunk's section path, lines, token count (over the
-    model's limit or not) and the exact text that is embedded and BM25-indexed."""
+    model's limit or not) and the exact text that is embedded and BM25-indexed — with the
+    contract's sensitive rules applied, as every answer shows it (credentials redacted)."""
     kb = open_store(store)
+    rules = load_contract_opt(contract, None).postprocess.sensitive.rules()
     if doc_id is None and not over_limit:
         rows = kb.chunks()
         docs: dict[str, dict] = {}
@@ -40,7 +43,7 @@ def chunks(
             table.add_row(visible(d["doc_id"]), str(d["chunks"]), str(d["tokens_max"]), str(d["over_limit"] or ""))
         out.print(table)
         return
-    rows = kb.chunks(doc_id, over_limit=over_limit)
+    rows = kb.chunks(doc_id, over_limit=over_limit, gate=rules.scan if rules.active else None)
     if json_:
         print_json(rows)
         return

@@ -71,7 +71,7 @@ MEANING = 0.5
 
 
 def suggestions(store, missing: list[str], allowed: set[str] | None, filters: list[str],
-                embedder=None) -> list[str]:
+                embedder=None, gate=None) -> list[str]:
     """Index terms close to each missing term (only terms a permitted chunk holds), and a broader filter.
 
     An identifier's siblings share the part before its digits (zeta-9931 -> zeta-4410). A plain
@@ -79,7 +79,9 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
     ``embedder``, in meaning (cosine >= ``MEANING``), or be a misspelling: one edit from a word the
     model knows whole while it splits the missing word into more pieces (paswsord -> password,
     whose embeddings the model does not relate). Without an embedder (a BM25-only store, an
-    endpoint model not called for this), only a misspelling qualifies."""
+    endpoint model not called for this), only a misspelling qualifies. ``gate``: the sensitive
+    rules' ``scan``: a candidate is offered only when a chunk holds it in text the rules let
+    through (a term only a redacted credential holds is never a suggestion)."""
     out: list[str] = []
     index = store.bm25()
     mask = index.held("mask", allowed) if allowed is not None else None
@@ -106,11 +108,36 @@ def suggestions(store, missing: list[str], allowed: set[str] | None, filters: li
     for term, is_word, close in found:
         if is_word:
             close = [c for c in close if similar.get((term.lower(), c)) or _misspelling(embedder, term.lower(), c)]
+        if gate is not None:
+            close = [c for c in close[:6] if _shown(store, index, c, mask, gate)]
         if close[:3]:
             out.append(f"instead of {term!r}, the index has: {', '.join(close[:3])}")
     for spec in filters:
         out.append(f"the filter {spec} narrows the search: try without it")
     return out
+
+
+GATE_CHUNKS = 20  # chunks holding a candidate read to find one showing it (a credential is in few)
+
+
+def _shown(store, index, term: str, mask, gate) -> bool:
+    """Whether a (permitted) chunk holds ``term`` in text the sensitive rules let through: its
+    text with the rules' redactions (against its source span too) still holds the term."""
+    from ..document import embed_text
+
+    rows = index.rows_holding(term)
+    if rows is None:  # in every chunk: an everyday word
+        return True
+    ids = [index.chunk_ids[r] for r in rows.tolist() if mask is None or mask[r]][:GATE_CHUNKS]
+    chunks = store.chunks_by_id(ids)
+    for cid in ids:
+        row = chunks.get(cid)
+        if row is None:
+            continue
+        text, drop, _ = gate(row["text"], store.document_text(row["doc_id"]), row["char_start"])
+        if drop is None and term in store.analyzer(embed_text(row["prefix"], text)):
+            return True
+    return False
 
 
 # An identifier's siblings compared in spelling: at most this many, the nearest in sorted order to
@@ -253,7 +280,8 @@ def word_embedder(store, retrievers):
 
 
 def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None,
-             name: str = "confidence", absence: str | None = "threshold", gone: list | None = None) -> dict:
+             name: str = "confidence", absence: str | None = "threshold", gone: list | None = None,
+             gate=None) -> dict:
     """Why this decision: the value ``decide`` compared with the thresholds, and on a refusal or
     low confidence, the question's terms no permitted chunk holds and the nearest miss, cited.
 
@@ -281,7 +309,8 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
     if explain and "bm25" in store_retrievers(store):
         missing = missing_terms(store, cands.processed, cands.query_terms, sc.allowed)
         out["missing_terms"] = missing
-        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters, word_embedder(store, cands.retrievers))
+        out["suggestions"] = suggestions(store, missing, sc.allowed, sc.filters, word_embedder(store, cands.retrievers),
+                                         gate=gate)
     parts = []
     if value is None:
         parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))

@@ -170,8 +170,19 @@ def sensitive(st: AnswerState) -> dict:
     from .. import sensitive as sensitive_mod
 
     st.items, st.redacted, record, st.refused = sensitive_mod.apply(
-        st.sens, st.cands.processed.raw, st.items[: st.window.scanned], st.rows)
+        st.sens, st.cands.processed.raw, st.items[: st.window.scanned], st.rows, source=_sources(st))
     return record
+
+
+def _sources(st: AnswerState):
+    """doc id -> its parsed text, read once per question: the source span a hit is checked against."""
+    texts: dict[str, str | None] = {}
+
+    def text(doc_id: str) -> str | None:
+        if doc_id not in texts:
+            texts[doc_id] = st.store.document_text(doc_id)
+        return texts[doc_id]
+    return text
 
 
 def diversity(st: AnswerState) -> dict:
@@ -262,8 +273,9 @@ def expand(st: AnswerState) -> dict:
             allowed = (set(ids) if allowed is None else set(allowed)) - bad
     st.hits, record = grow(st.hits, store, st.contract.postprocess.expand, allowed=allowed, keep=st.window.asked)
     if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
+        source = _sources(st)
         for i, h in enumerate(st.hits):
-            text, drop, counts = sens.scan(h.text)
+            text, drop, counts = sens.scan(h.text, source(h.doc_id), h.char_start)
             if drop:  # a dropping category in the span: the hit's own chunk instead, at the span's rank
                 st.hits[i] = replace(own.get(h.chunk_id, h), rank=h.rank)
             elif counts:
@@ -299,7 +311,7 @@ def explanation(st: AnswerState) -> None:
     gone = missing(st.cands.names, top_docs, st.contract.decide.refuse.named)
     st.explanation = explain_decision(st.store, st.cands, st.best, st.decision, st.thresholds, st.sc, st.explain,
                                       value=st.top, name="confidence" if model is None else "P(answerable)",
-                                      absence=st.absence, gone=gone)
+                                      absence=st.absence, gone=gone, gate=st.sens.scan if st.sens.active else None)
     if st.sc.warnings:
         st.explanation["filter_warnings"] = list(st.sc.warnings)
     if st.explanation.get("suggestions") and st.sens.active:  # index terms the rules would hide are not suggested

@@ -117,14 +117,25 @@ class Service(LiveState):
             source = "parsed"
         else:
             source = "file"
+        # The same rules as every answer (postprocess.sensitive), over the whole text with its line
+        # breaks: a secret spread over lines is one secret, and the line numbers stay the file's.
+        withheld = None
+        rules = contract.postprocess.sensitive.rules()
+        if rules.active:
+            from ..sensitive import redact_lines
+
+            text, withheld, _ = redact_lines(text, rules)
         all_lines = text.split("\n")
         if first is not None and first > len(all_lines):  # not the last line instead, as if asked for
             raise UsageError(f"lines {lines!r}: {doc_id} has {len(all_lines)} lines")
         last = min(last or len(all_lines), len(all_lines))
         first = max(1, min(first or 1, last))
-        return {"doc_id": doc_id, "lines": [first, last], "total_lines": len(all_lines), "source": source,
-                "changed_since_ingest": changed, "title": info["title"],
-                "text": "\n".join(all_lines[first - 1:last])}
+        out = {"doc_id": doc_id, "lines": [first, last], "total_lines": len(all_lines), "source": source,
+               "changed_since_ingest": changed, "title": info["title"],
+               "text": "\n".join(all_lines[first - 1:last])}
+        if withheld is not None:  # a category that drops results: its document's text is not shown either
+            out.update(text="", withheld=withheld)
+        return out
 
     def contract_source(self, contract=None) -> dict:
         """Which contract is in force, as ``kbtool query --json`` says it: {"path" (None: the

@@ -402,7 +402,7 @@ class Catalog:
             where.append("n_tokens > ?")
             args.append(over)
         q = ("SELECT chunk_id, doc_id, ordinal, section_path, page, line_start, line_end, line_source, n_tokens,"
-             " prefix, text "
+             " char_start, prefix, text "
              "FROM chunks" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY doc_id, ordinal")
         return [dict(r) for r in self.db.execute(q, args)]
 

@@ -80,7 +80,7 @@ class ChunksView:
         return self.catalog.chunks_by_id(chunk_ids)
 
 
-    def chunks(self, doc_id: str | None = None, over_limit: bool = False) -> list[dict]:
+    def chunks(self, doc_id: str | None = None, over_limit: bool = False, gate=None) -> list[dict]:
         """What `kbtool chunks` shows, in catalog order: one document's chunks, or (``over_limit``)
         every chunk longer than the model's token limit; each with its section path, lines, token
         count, ``over_limit`` and ``embedded`` (the exact text embedded and BM25-indexed: section
@@ -94,6 +94,14 @@ class ChunksView:
                              + (f": did you mean {', '.join(repr(c) for c in close)}?" if close
                                 else ": `kbtool status` counts them, `kbtool chunks` lists them"))
         rows = self.catalog.chunk_listing(doc_id, limit if over_limit else None)
+        if gate is not None:  # the sensitive rules' scan: each chunk as answers would show it
+            texts: dict[str, str | None] = {}
+            rows = [dict(r) for r in rows]
+            for r in rows:
+                if r["doc_id"] not in texts:
+                    texts[r["doc_id"]] = self.document_text(r["doc_id"])
+                r["text"] = gate(r["text"], texts[r["doc_id"]], r["char_start"])[0]
+                r["prefix"] = gate(r["prefix"] or "")[0]
         return [{"chunk_id": r["chunk_id"], "doc_id": r["doc_id"], "n": r["ordinal"], "section_path": r["section_path"],
                  "page": r["page"], "lines": [r["line_start"], r["line_end"]] if r["line_start"] else None,
                  "line_source": json.loads(r["line_source"]) if r["line_source"] else None,

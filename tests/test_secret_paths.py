@@ -1,0 +1,142 @@
+"""Secrets stay secret on every path that shows stored text: hits, the context block, expansion,
+refusal suggestions, `/v1/documents` (Service.document_span, MCP `read`) and `kbtool chunks` —
+also a private key the chunker cut into many chunks, and questions made of fragments of the
+secrets (a "did you mean" must never complete one)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+
+import pytest
+from typer.testing import CliRunner
+
+from kbtool import load_contract, retrieve
+from kbtool.cli import app
+
+from .conftest import write
+
+runner = CliRunner()
+_rng = random.Random(36)
+_KEY = base64.b64encode(bytes(_rng.getrandbits(8) for _ in range(900))).decode()
+KEY_LINES = [_KEY[i:i + 64] for i in range(0, len(_KEY), 64)]
+PEM = "-----BEGIN RSA " + "PRIVATE KEY-----\n" + "\n".join(KEY_LINES) + "\n-----END RSA " + "PRIVATE KEY-----"
+# Fake secrets, built so that this file holds none verbatim.
+FORMS = {
+    "aws_secret": "Zx9Qw8ErTy7Ui6Op5As4" + "Df3Gh2Jk1LzXcVbNm0Qw",
+    "url_password": "Tr0ub4dor" + "Xyz9",
+    "slack": "xoxb-" + "2048-4096-Zq8Wm3Rt6Yp1",
+    "github": "ghp_" + "Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8",
+    "openai": "sk-" + "proj-Lm5Xc7Vb9Nn2Rt4Yu6Io1PwQz3a8Jd0",
+    "aws_id": "AKIA" + "ZR7QX2MB4TKW9PLD",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiJib3QtZGVwbG95In0.Sf1KxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
+    "passphrase": "correct horse " + "battery staple 42",
+    "smtp": "Sm7p!" + "Relay#2024",
+}
+DOCS = {
+    "deploy.md": ("# Deploy\n\nThe deploy bot signs releases with this key:\n\n" + PEM + "\n\nRotate it every quarter.\n\n"
+                  "## Storage\n\nThe storage settings: aws_secret_access_key = " + FORMS["aws_secret"]
+                  + " and region eu-west-1.\n\nThe billing database lives at postgres://admin:" + FORMS["url_password"]
+                  + "@db.internal:5432/app for the billing service.\n"),
+    "chat.md": ("# Chat bot\n\n| setting | value |\n| --- | --- |\n| bot token | `" + FORMS["slack"] + "` |\n"
+                "| repo token | " + FORMS["github"] + " |\n\nSee [the token](https://example.com/?t=" + FORMS["openai"]
+                + ") for the model.\n\n```yaml\nsmtp_password: \"" + FORMS["smtp"] + "\"\n```\n"),
+    "notes.txt": ("Operations notes.\n\nThe cloud access key id is " + FORMS["aws_id"] + " for the uploader.\n"
+                  "The session token of the deploy bot: " + FORMS["jwt"] + "\n"
+                  "The vault passphrase: \"" + FORMS["passphrase"] + "\" opens the release vault.\n"),
+}
+
+
+def fragments(secret: str) -> list[str]:
+    """Pieces a leak would show: every 10-character window of the secret (any case)."""
+    return [secret[i:i + 10].lower() for i in range(0, max(1, len(secret) - 9), 3)]
+
+
+def leaked(text: str, asked: str = "") -> list[str]:
+    """The secrets ``text`` shows a piece of, but for pieces of the question ``asked`` (echoed)."""
+    low, asked = text.lower(), asked.lower()
+    out = [name for name, s in FORMS.items() if any(f in low and f not in asked for f in fragments(s))]
+    return out + [f"key line {i}" for i, line in enumerate(KEY_LINES)
+                  if any(f in low and f not in asked for f in (line[:12].lower(), line[-12:].lower()))]
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory, embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    base = tmp_path_factory.mktemp("secrets")
+    for name, text in DOCS.items():
+        write(base / "docs" / name, text)
+    store = Store.open(base / "kb", create=True)
+    assert not ingest(store, [base / "docs"], embedder=embedder).failed
+    store.close()
+    # Small chunks: the key is cut into many, most with neither its BEGIN nor its END line.
+    for args in (["chunk", "--size", "64"], ["index"]):
+        r = runner.invoke(app, [*args, "--store", str(base / "kb"), "-q"])
+        assert r.exit_code == 0, r.output
+    store = Store.open(base / "kb")
+    chunks = store.chunks("deploy.md")
+    assert sum(1 for c in chunks if any(line in c["embedded"] for line in KEY_LINES)) >= 6  # cut, really
+    return {"store": store, "base": base}
+
+
+QUESTIONS = ["how does the deploy bot sign releases", "rotate the deploy key", "storage settings region",
+             "where does the billing database live", "chat bot token", "smtp password", "cloud access key id",
+             "deploy bot session token", "vault passphrase", "private key lines"]
+
+
+def _probes() -> list[str]:
+    """Questions made of pieces of each secret: its start, a middle window, one character changed."""
+    out = []
+    for s in [*FORMS.values(), *KEY_LINES[1:4]]:
+        out += [s[:8], s[len(s) // 3:len(s) // 3 + 9], s[:-1] + ("x" if s[-1] != "x" else "y")]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["contract", "bm25"])
+def test_no_answer_shows_a_secret_for_any_question(kb, embedder, mode):
+    contract = load_contract(None, ["postprocess.expand.mode=section"] if mode == "contract"
+                             else ["retrieve.fusion.method=bm25"], search=False)
+    shown = 0
+    for question in QUESTIONS + _probes():
+        answer = retrieve(kb["store"], contract, question, embedder=embedder, top_k=8)
+        out = answer.to_dict()
+        out.pop("question"), out.pop("processed")  # the caller's own words, echoed
+        out["trace"] = {k: v for k, v in (out.get("trace") or {}).items() if k not in ("question", "preprocess")}
+        text = json.dumps(out, ensure_ascii=False)
+        assert not leaked(text, question), (question, leaked(text, question), answer.explanation.get("suggestions"))
+        shown += len(answer.hits)
+    assert shown >= 40  # the rules had hits to redact: the probe is not vacuous
+
+
+def test_suggestions_never_complete_a_secret(kb, embedder):
+    contract = load_contract(None, ["retrieve.fusion.method=bm25"], search=False)
+    for probe in ("Zx9Qw8Er", "Tr0ub4dorXyz8", "xoxb-2048-4096"):
+        answer = retrieve(kb["store"], contract, probe, embedder=embedder)
+        assert not leaked(json.dumps(answer.explanation), probe), answer.explanation
+    # An ordinary misspelling is still suggested.
+    answer = retrieve(kb["store"], contract, "qaurter rotaton", embedder=embedder)
+    assert any("quarter" in s for s in answer.explanation.get("suggestions", [])), answer.explanation
+
+
+def test_a_document_span_is_redacted_line_by_line(kb):
+    from kbtool.serve.service import Service
+
+    service = Service(kb["base"] / "kb")
+    for doc_id, source in DOCS.items():
+        span = service.document_span(doc_id)
+        assert not leaked(span["text"]), (doc_id, leaked(span["text"]))
+        assert span["total_lines"] == len(source.split("\n"))  # the file's line numbers still hold
+    span = service.document_span("deploy.md", "5-7")
+    assert span["text"].split("\n")[1] == "[REDACTED:credentials]"
+    assert "Rotate it every quarter." in service.document_span("deploy.md")["text"]
+
+
+def test_kbtool_chunks_shows_no_secret(kb):
+    for doc in DOCS:
+        r = runner.invoke(app, ["chunks", doc, "--store", str(kb["base"] / "kb"), "--json"])
+        assert r.exit_code == 0, r.output
+        assert not leaked(r.stdout), leaked(r.stdout)
+        assert "REDACTED:credentials" in r.stdout
