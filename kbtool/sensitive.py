@@ -64,6 +64,11 @@ CREDENTIAL_PATTERNS = [
     # symbol, never a placeholder: user:password@, ${DB_PASSWORD}, <password>, ****)
     r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\[\]<>\"']*:" + _PLACEHOLDER
     + r"(?P<url>(?=[^\s/?#@]*[0-9!#%^&*+=_.-])[^\s/?#@\"'<>()\[\]{}]{6,})@",
+    # Stripe-style live keys and tokens (sk_live_, rk_live_, tok_live_), of any length detect-secrets misses
+    r"\b(?:sk|rk|tok)_live_[0-9A-Za-z]{10,}\b",
+    # an HTTP Authorization header's credentials (Basic user:password in base64, Bearer/Token values)
+    r"(?i:\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:basic|bearer|token|digest)\s+)" + _PLACEHOLDER
+    + r"(?P<auth>[A-Za-z0-9+/=._~-]{8,})",
 ]
 
 
@@ -136,7 +141,7 @@ def _redact(m: re.Match, name: str) -> str:
     """Replace the match, or for an assignment only its value (``password=[REDACTED:credentials]``)."""
     mark = f"[REDACTED:{name}]"
     groups = m.re.groupindex
-    for g in ("q1", "q2", "bare", "url"):
+    for g in ("q1", "q2", "bare", "url", "auth"):
         if g in groups and m.group(g) is not None:
             s, e = m.span(g)
             full = m.group(0)
@@ -167,8 +172,9 @@ _CRED_RE = re.compile("|".join(f"(?:{p})" if "(?P<" not in p else p for p in CRE
 
 # What every credential pattern needs in the text (case-sensitive literals; lowercased key words;
 # a 64-column base64 line; "://" and "@" for a URL's password): most chunks hold none, and these tests cost a tenth of the regex.
-_LITERALS = ("AKIA", "ASIA", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "eyJ", "PRIVATE KEY")
-_KEYWORDS = ("pass", "pwd", "secret", "key", "token")
+_LITERALS = ("AKIA", "ASIA", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "eyJ", "PRIVATE KEY",
+             "_live_")
+_KEYWORDS = ("pass", "pwd", "secret", "key", "token", "authorization")
 _BODY = re.compile(CREDENTIAL_PATTERNS[8])
 
 
@@ -184,12 +190,32 @@ def _maybe_credential(text: str) -> bool:
 def _own_spans(text: str) -> list[tuple[int, int]]:
     """kbtool's own credential patterns: each match, or for an assignment or a URL only its value."""
     if not _maybe_credential(text):
-        return []
+        return _bare_spans(text)
     out = []
     for m in _CRED_RE.finditer(text):
-        g = next((g for g in ("q1", "q2", "bare", "url") if m.group(g) is not None), 0)
+        g = next((g for g in ("q1", "q2", "bare", "url", "auth") if m.group(g) is not None), 0)
         out.append(m.span(g))
-    return out
+    return out + _bare_spans(text)
+
+
+# A secret with no keyword near it (an AWS secret access key pasted alone): 40 characters of base64's
+# alphabet, mixed case and digits, not hexadecimal (a git SHA), and random (Shannon entropy ≥ 4.5
+# bits a character: 40 random base62 characters have about 4.9; a CamelCase identifier about 3.9).
+_BARE = re.compile(r"(?<![A-Za-z0-9/+=_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
+BARE_ENTROPY = 4.5
+
+
+def _entropy(s: str) -> float:
+    import math
+    from collections import Counter
+
+    return -sum(n / len(s) * math.log2(n / len(s)) for n in Counter(s).values())
+
+
+def _bare_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _BARE.finditer(text)
+            if re.search(r"[A-Z]", m.group(0)) and re.search(r"[a-z]", m.group(0)) and re.search(r"[0-9]", m.group(0))
+            and _entropy(m.group(0)) >= BARE_ENTROPY]
 
 
 # ---- detect-secrets (Yelp) plugins -----------------------------------------------------------

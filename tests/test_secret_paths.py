@@ -33,6 +33,10 @@ FORMS = {
     "jwt": "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiJib3QtZGVwbG95In0.Sf1KxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
     "passphrase": "correct horse " + "battery staple 42",
     "smtp": "Sm7p!" + "Relay#2024",
+    "basic_auth": "YWRtaW46" + "c2VjcmV0UGFzczEyMw==",
+    "stripe": "sk_live_" + "51H8abcdEFGhijkLMno",
+    "stripe_token": "tok_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "bare_aws": "wJalrXUtnFEMI/K7MDENG" + "/bPxRfiCYEXAMPLEKEY",
 }
 DOCS = {
     "deploy.md": ("# Deploy\n\nThe deploy bot signs releases with this key:\n\n" + PEM + "\n\nRotate it every quarter.\n\n"
@@ -42,6 +46,11 @@ DOCS = {
     "chat.md": ("# Chat bot\n\n| setting | value |\n| --- | --- |\n| bot token | `" + FORMS["slack"] + "` |\n"
                 "| repo token | " + FORMS["github"] + " |\n\nSee [the token](https://example.com/?t=" + FORMS["openai"]
                 + ") for the model.\n\n```yaml\nsmtp_password: \"" + FORMS["smtp"] + "\"\n```\n"),
+    "api.html": ("<html><body><h1>Payments API</h1><p>Send the header <code>Authorization: Basic "
+                 + FORMS["basic_auth"] + "</code> with every payments request.</p><table><tr><td>live key</td><td>"
+                 + FORMS["stripe"] + "</td></tr><tr><td>card token</td><td>" + FORMS["stripe_token"]
+                 + "</td></tr></table><p>The archive bucket key, pasted alone:</p><pre>" + FORMS["bare_aws"]
+                 + "</pre></body></html>\n"),
     "notes.txt": ("Operations notes.\n\nThe cloud access key id is " + FORMS["aws_id"] + " for the uploader.\n"
                   "The session token of the deploy bot: " + FORMS["jwt"] + "\n"
                   "The vault passphrase: \"" + FORMS["passphrase"] + "\" opens the release vault.\n"),
@@ -84,7 +93,8 @@ def kb(tmp_path_factory, embedder):
 
 QUESTIONS = ["how does the deploy bot sign releases", "rotate the deploy key", "storage settings region",
              "where does the billing database live", "chat bot token", "smtp password", "cloud access key id",
-             "deploy bot session token", "vault passphrase", "private key lines"]
+             "deploy bot session token", "vault passphrase", "private key lines", "payments API header",
+             "live key card token", "archive bucket key"]
 
 
 def _probes() -> list[str]:
