@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsing hands these on)
-from ..errors import EmptyDocumentError, ParseError
+from ..errors import EmptyDocumentError, ParseError, ParseTimeoutError
 
 SUPPORTED = {
     ".md": "md", ".markdown": "md", ".mdx": "md", ".txt": "txt", ".text": "txt", ".html": "html",
@@ -64,6 +64,67 @@ def size_limits_text() -> str:
     for kind, size in MAX_SIZE_BY_TYPE.items():
         by_size.setdefault(size, []).append(kind)
     return "; ".join(f"{', '.join(sorted(k))} {size // 2**20} MB" for size, k in sorted(by_size.items(), reverse=True))
+
+
+# Seconds one file's parsing may take (ingest's parse_timeout, CLI --parse-timeout; 0: none), so one
+# hostile or pathological file cannot hold up the rest of a folder. Bench: 30 MB of plain text parses
+# in 104 s; a DOCX at its 20 MB XML limit could take minutes, and is stopped here instead.
+PARSE_TIMEOUT = 120.0
+_PARTITIONERS = {"html": "unstructured.partition.html", "txt": "unstructured.partition.text",
+                 "csv": "unstructured.partition.csv", "docx": "unstructured.partition.docx",
+                 "pdf": "unstructured.partition.text"}
+
+
+class _Budget:
+    """Stop the parse in the ``with`` block after ``seconds``: SIGALRM raises ParseTimeoutError, and
+    again every second after, should a library swallow it. Only in the main thread, on a system with
+    setitimer, and when no other interval timer is running; elsewhere (e.g. ``serve --watch``'s
+    thread) there is no time budget (the size and ZIP limits still hold)."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.expired, self.armed = seconds, False, False
+
+    def error(self) -> ParseTimeoutError:
+        return ParseTimeoutError(f"parsing took over {self.seconds:g} s, the time budget per file: stopped; "
+                                 "raise it with parse_timeout (CLI: --parse-timeout S, 0: none)")
+
+    def _alarm(self, signum, frame):
+        self.expired = True
+        raise self.error()
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if (self.seconds and self.seconds > 0 and hasattr(signal, "setitimer")
+                and threading.current_thread() is threading.main_thread()
+                and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)):
+            self._old = signal.signal(signal.SIGALRM, self._alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, 1.0)
+            self.armed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.armed:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+            self.armed = False
+        return False
+
+
+def _load_partitioner(filetype: str) -> None:
+    """Import what parsing this type needs before a time budget starts: an import cut short by the
+    alarm would leave a half-made module behind for every later file."""
+    import importlib
+
+    if filetype != "md":
+        _use_blank_spacy()
+    if filetype in _PARTITIONERS:
+        importlib.import_module(_PARTITIONERS[filetype])
+    if filetype == "pdf":
+        import pypdfium2  # noqa: F401
 
 
 def _mb(n: int) -> str:
@@ -497,10 +558,11 @@ def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, lin
 
 def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_bytes: int | None = None,
                data: bytes | None = None, mtime: float | None = None,
-               markup: MarkupContext | None = None, progress=None) -> ParsedDocument:
+               markup: MarkupContext | None = None, progress=None, timeout: float | None = None) -> ParsedDocument:
     """Parse one file (or its already-read bytes); raises ParseError with a one-line reason.
     ``progress(done, total)`` is called as the pieces of a big text or Markdown file are parsed
-    (characters of the decoded text)."""
+    (characters of the decoded text). ``timeout``: seconds the parse may take (ParseTimeoutError
+    after; None or 0: no limit; see ``_Budget`` for where it applies)."""
     filetype = SUPPORTED.get(path.suffix.lower())
     if filetype is None:
         raise ParseError(f"unsupported file type {path.suffix!r}")
@@ -511,11 +573,19 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
     if filetype in ZIP_TYPES:
         check_zip(data, filetype, size_limit(path, max_bytes))
     extra: dict = {}
+    budget = _Budget(timeout)
     try:
-        blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra, progress)
+        if timeout:
+            _load_partitioner(filetype)
+        with budget:
+            blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra, progress)
     except ParseError:
+        if budget.expired:
+            raise budget.error() from None
         raise
     except Exception as exc:  # unstructured and friends raise anything on corrupt input
+        if budget.expired:  # the alarm's error, wrapped by a library
+            raise budget.error() from None
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ParseError(f"could not parse as {filetype}: {msg}") from exc
     if not blocks:
