@@ -579,6 +579,8 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
             _load_partitioner(filetype)
         with budget:
             blocks = _partition(filetype, data, doc_id, encoding, markup, path, extra, progress)
+        if budget.expired:  # every alarm swallowed: what came back may be cut short
+            raise budget.error()
     except ParseError:
         if budget.expired:
             raise budget.error() from None
