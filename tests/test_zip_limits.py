@@ -148,12 +148,12 @@ def _run_ingest(folder: Path, store: Path, *extra: str):
     return proc, time.perf_counter() - start
 
 
-def _check_bomb_run(proc, wall, folder):
+def _check_bomb_run(proc, wall, folder, most=10):
     assert proc.returncode == 1, proc.stderr  # a failed file exits 1, as any other
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = [ln for ln in proc.stderr.splitlines() if "bomb.docx" in ln]
     assert len(lines) == 1 and lines[0].startswith("failed bomb.docx: word/document.xml expands"), proc.stderr
-    assert wall < 10, wall  # the whole run, imports and the two other files included
+    assert wall < most, wall  # the whole run, imports and the two other files included
 
 
 def test_ingest_fails_the_bomb_alone_and_goes_on(tmp_path, bomb_docx):
@@ -171,7 +171,7 @@ def test_ingest_fails_the_bomb_alone_and_goes_on(tmp_path, bomb_docx):
 def test_full_ingest_with_a_bomb_indexes_the_other_files(tmp_path, bomb_docx):
     folder = _folder(tmp_path, bomb_docx)
     proc, wall = _run_ingest(folder, tmp_path / "kb")
-    _check_bomb_run(proc, wall, folder)
+    _check_bomb_run(proc, wall, folder, most=120)  # the session's first model load exports it to ONNX
     assert "2 added" in proc.stdout and "2 chunks" in proc.stdout, proc.stdout
 
 
