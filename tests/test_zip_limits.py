@@ -218,3 +218,28 @@ def test_ingest_goes_on_after_a_file_over_its_time_budget(tmp_path, monkeypatch)
     assert time.perf_counter() - start < 10
     assert report.added == ["fine.md"]
     assert [f["doc_id"] for f in report.failed] == ["slow.md"] and "time budget" in report.failed[0]["reason"]
+
+
+def _declare_size(path: Path, name: str, size: int) -> None:
+    """Rewrite the uncompressed size an archive declares for ``name`` (local header and directory)."""
+    import struct
+
+    b, raw = bytearray(path.read_bytes()), name.encode()
+    for sig, size_at, name_len_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+        at = b.find(sig)
+        while at >= 0:
+            n = struct.unpack_from("<H", b, at + name_len_at)[0]
+            if b[at + name_at:at + name_at + n] == raw:
+                struct.pack_into("<I", b, at + size_at, size)
+            at = b.find(sig, at + 4)
+    path.write_bytes(bytes(b))
+
+
+def test_an_entry_that_lies_about_its_size_is_not_expanded_past_it(tmp_path):
+    path = bomb(tmp_path / "liar.docx", mb=30)
+    _declare_size(path, "word/document.xml", 1000)
+    assert zipfile.ZipFile(path).getinfo("word/document.xml").file_size == 1000  # passes the directory check
+    start = time.perf_counter()
+    with pytest.raises(ParseError, match="Bad CRC-32"):  # zipfile stops at the declared size
+        parse_file(path, "liar.docx")
+    assert time.perf_counter() - start < 30
