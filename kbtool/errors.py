@@ -60,6 +60,10 @@ class EmptyDocumentError(ParseError):
     title nor text): ingest skips it — nothing is lost, so it fails nothing."""
 
 
+class ParseTimeoutError(ParseError):
+    """A file's parsing ran past the per-file time budget: ingest reports it and goes on."""
+
+
 class ContractError(InputError):
     """The retrieval contract is malformed or asks for something the store cannot give."""
 

@@ -28,6 +28,7 @@ def ingest(
     keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
     encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
     max_file_size: Annotated[Optional[float], typer.Option("--max-file-size", help=f"Skip files larger than this many MB, whatever their type (default, per type: {size_limits_text()}).")] = None,
+    parse_timeout: Annotated[Optional[float], typer.Option("--parse-timeout", min=0, metavar="S", help="Stop parsing a file after S seconds and report it failed, so one file cannot hold up the folder (default 120; 0: no limit).")] = None,
     allow_failures: Annotated[int, typer.Option("--allow-failures", min=0, metavar="N", help="Exit 0 even if up to N files fail to parse (default 0: any failure exits 1).")] = 0,
     strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a document keeps less of its visible text than the contract's data.min_kept_text (default 0.98); failing on any failed file is the default.")] = False,
     markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
@@ -66,7 +67,7 @@ def ingest(
         parse_only=parse_only, keep_missing=keep_missing, encoding=encoding,
         max_file_size=None if max_file_size is None else int(max_file_size * 2**20), markup_off=markup_off or None,
         include_root=str(include_root.resolve()) if include_root else None, meta_from_path=meta_from_path or None,
-        id_prefix=id_prefix, base_url=base_url,
+        id_prefix=id_prefix, base_url=base_url, parse_timeout=parse_timeout,
     )
     paths = list(paths or [])
     check_request(paths, stemmer=stemmer, id_prefix=id_prefix)  # before a store is made

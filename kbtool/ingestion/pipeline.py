@@ -17,7 +17,7 @@ from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_me
 from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
-from .parse import PARSER_VERSIONS, SUPPORTED, beir_document, decode_text, parse_file, read_file, sha256_bytes
+from .parse import PARSE_TIMEOUT, PARSER_VERSIONS, SUPPORTED, beir_document, decode_text, parse_file, read_file, sha256_bytes
 from .sources import IngestOptions, check_clashes, plan
 
 MIN_KEPT_TEXT = 0.98  # the contract's data.min_kept_text by default
@@ -220,6 +220,9 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     from . import sources as src
 
     options = options or IngestOptions()
+    if options.parse_timeout is not None and options.parse_timeout < 0:
+        raise UsageError("parse_timeout must be 0 (no limit) or more seconds")
+    budget = PARSE_TIMEOUT if options.parse_timeout is None else options.parse_timeout
     jobs, dropped = plan(store, paths, options, sources, update_sources, root_moved)
     for job in jobs:
         _validate(job.options)
@@ -277,7 +280,8 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
         for item in sources_:
             seen.add(item.doc_id)
             try:
-                status = _ingest_one(store, item, root, known, meta_json, opts_json, options, report, progress)
+                status = _ingest_one(store, item, root, known, meta_json, opts_json, options, report, progress,
+                                     budget)
             except ParseError as exc:
                 empty = isinstance(exc, EmptyDocumentError)
                 entry = ({"path": item.doc_id, "reason": f"{exc}: nothing to index"} if empty
@@ -370,7 +374,8 @@ def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = 
 
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
-                options: IngestOptions, report: IngestReport | None = None, progress: Progress | None = None) -> str:
+                options: IngestOptions, report: IngestReport | None = None, progress: Progress | None = None,
+                timeout: float | None = None) -> str:
     prev = known.get(src.doc_id)
     if prev and prev[0] != root:
         if not Path(prev[0]).is_relative_to(Path(root)):
@@ -405,7 +410,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
                          data=data, mtime=mtime,
                          markup=MarkupContext(MarkupRules.parse(options.markup_off), ingest_root, include_root,
                                               lambda rel: any(fnmatch.fnmatch(rel, p) for p in options.exclude)),
-                         progress=inside)
+                         progress=inside, timeout=timeout)
         if inside:
             inside(1, 1)  # formats parsed in one go (HTML, PDF, DOCX) finish their bar here
         if report is not None:

@@ -52,6 +52,8 @@ class IngestOptions:
     meta_from_path: list[str] | None = None  # e.g. "docs/{lang}/**"
     id_prefix: str | None = None  # put before every document id of the root, e.g. "zh/"
     base_url: str | None = None  # the site the root is published under (citations)
+    # seconds one file's parsing may take (per run, not recorded); None: parse.PARSE_TIMEOUT, 0: none
+    parse_timeout: float | None = None
 
 
 @dataclass
