@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from kbtool import load_contract, retrieve
-from kbtool.sensitive import credential_spans
+from kbtool.credentials import credential_spans
 from kbtool.store import Store
 
 store = Store.open(sys.argv[1])
