@@ -22,7 +22,8 @@ _rng = random.Random(36)
 _KEY = base64.b64encode(bytes(_rng.getrandbits(8) for _ in range(900))).decode()
 KEY_LINES = [_KEY[i:i + 64] for i in range(0, len(_KEY), 64)]
 PEM = "-----BEGIN RSA " + "PRIVATE KEY-----\n" + "\n".join(KEY_LINES) + "\n-----END RSA " + "PRIVATE KEY-----"
-# Fake secrets, built so that this file holds none verbatim.
+# Fake secrets, built so that this file holds none verbatim; in Markdown (a table, a link, a code
+# fence, a key cut across chunks), text, HTML, DOCX and PDF.
 FORMS = {
     "aws_secret": "Zx9Qw8ErTy7Ui6Op5As4" + "Df3Gh2Jk1LzXcVbNm0Qw",
     "url_password": "Tr0ub4dor" + "Xyz9",
@@ -37,7 +38,27 @@ FORMS = {
     "stripe": "sk_live_" + "51H8abcdEFGhijkLMno",
     "stripe_token": "tok_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
     "bare_aws": "wJalrXUtnFEMI/K7MDENG" + "/bPxRfiCYEXAMPLEKEY",
+    "docx_password": "Qz8!mkVr" + "27pLw",
+    "pdf_token": "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
 }
+
+
+def tiny_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF of text lines (Helvetica), written by hand: no PDF library is installed."""
+    stream = "BT /F1 11 Tf 50 780 Td 14 TL " + " ".join(
+        "(" + t.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*" for t in lines) + " ET"
+    objs = ["<< /Type /Catalog /Pages 2 0 R >>", "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> "
+            "/Contents 5 0 R >>", "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream"]
+    out, offsets = "%PDF-1.4\n", []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n{body}\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n" + "".join(f"{o:010d} 00000 n \n" for o in offsets)
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    return out.encode("latin-1")
 DOCS = {
     "deploy.md": ("# Deploy\n\nThe deploy bot signs releases with this key:\n\n" + PEM + "\n\nRotate it every quarter.\n\n"
                   "## Storage\n\nThe storage settings: aws_secret_access_key = " + FORMS["aws_secret"]
@@ -78,8 +99,17 @@ def kb(tmp_path_factory, embedder):
     base = tmp_path_factory.mktemp("secrets")
     for name, text in DOCS.items():
         write(base / "docs" / name, text)
+    from docx import Document
+
+    doc = Document()
+    doc.add_heading("Database access", 1)
+    doc.add_paragraph("The reporting database account uses db_password = " + FORMS["docx_password"] + " until June.")
+    doc.save(base / "docs" / "access.docx")
+    (base / "docs" / "tokens.pdf").write_bytes(tiny_pdf(
+        ["Release tokens", "The release robot pushes tags with the token " + FORMS["pdf_token"] + " daily."]))
     store = Store.open(base / "kb", create=True)
-    assert not ingest(store, [base / "docs"], embedder=embedder).failed
+    report = ingest(store, [base / "docs"], embedder=embedder)
+    assert not report.failed and len(report.added) == len(DOCS) + 2, report
     store.close()
     # Small chunks: the key is cut into many, most with neither its BEGIN nor its END line.
     for args in (["chunk", "--size", "64"], ["index"]):
@@ -94,7 +124,8 @@ def kb(tmp_path_factory, embedder):
 QUESTIONS = ["how does the deploy bot sign releases", "rotate the deploy key", "storage settings region",
              "where does the billing database live", "chat bot token", "smtp password", "cloud access key id",
              "deploy bot session token", "vault passphrase", "private key lines", "payments API header",
-             "live key card token", "archive bucket key"]
+             "live key card token", "archive bucket key", "reporting database account password",
+             "release robot token"]
 
 
 def _probes() -> list[str]:
@@ -145,7 +176,7 @@ def test_a_document_span_is_redacted_line_by_line(kb):
 
 
 def test_kbtool_chunks_shows_no_secret(kb):
-    for doc in DOCS:
+    for doc in [*DOCS, "access.docx", "tokens.pdf"]:
         r = runner.invoke(app, ["chunks", doc, "--store", str(kb["base"] / "kb"), "--json"])
         assert r.exit_code == 0, r.output
         assert not leaked(r.stdout), leaked(r.stdout)
