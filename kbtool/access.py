@@ -52,13 +52,14 @@ def visible_documents(store, contract, principal: str | None = None,
 
 # Status fields that describe every document, whoever may read it: a restricted caller gets None.
 _WHOLE_STORE = ("documents_by_type", "chunk_tokens_avg", "chunk_tokens_max", "chunks_over_model_limit",
-                "disk_bytes", "last_ingest")
+                "disk_bytes", "last_ingest", "source_bytes", "documents_not_chunked")
 
 
 def restricted_status(store, contract, principal: str | None = None, allow: Sequence[str] | None = None) -> dict:
     """``store.status()`` as a caller may see it: unrestricted, all of it; restricted (or required
     to be, ``access.require_principal``), documents and chunks it may read, ``access`` its tags,
-    and None for what describes the whole store (types, token sizes, disk use, last ingest)."""
+    the sources it may read a document of, and None for what describes the whole store (types,
+    token sizes, source and disk bytes, last ingest)."""
     tags = access_tags(contract, principal, allow)
     info = store.status()
     if tags is None:
@@ -67,6 +68,10 @@ def restricted_status(store, contract, principal: str | None = None, allow: Sequ
     info.update({k: None for k in _WHOLE_STORE})
     info.update(documents=len(docs), chunks=sum(1 for _, d, _ in store.chunk_metadata() if d in docs),
                 access=sorted(tags))
+    if info.get("sources") is not None:  # only the sources it may read a document of (their metadata may name tags)
+        roots = store.roots_of(docs)
+        info["sources"] = [s for s in info["sources"] if s.get("root") in roots
+                           or ("beir:" + str(s.get("root"))) in roots]
     return info
 
 

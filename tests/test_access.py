@@ -351,3 +351,31 @@ def test_signals_of_a_restricted_and_filtered_caller_equal_a_store_without_the_h
                 got = retrieve(full, c, q, embedder=fake_embedder, principal="guest", filters=filters)
                 want = retrieve(alone, c, q, embedder=fake_embedder, principal="guest", filters=filters)
                 assert _output(got) == _output(want), (method, q, filters)
+
+
+def test_a_restricted_caller_sees_nothing_of_others_activity_nor_their_sources(tmp_path, fake_embedder, fake_model):
+    """issue 36: `status --principal guest --json` listed a secret source with its metadata and the
+    whole store's source_bytes; a restricted token saw the catalog generation, the writer at work
+    and the server's swap count (when anyone ingested anything)."""
+    from kbtool.serve.service import Caller, Service
+
+    write(tmp_path / "pub" / "port.md", "# Port\n\nThe agent listens on port 7413.\n")
+    write(tmp_path / "fin" / "budget.md", "# Budget\n\nThe 2027 budget is 4.2 million.\n")
+    kb = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    ingest(kb, [tmp_path / "pub"], IngestOptions(metadata={"access": "public"}), embedder=fake_embedder)
+    ingest(kb, [tmp_path / "fin"], IngestOptions(metadata={"access": "finance", "owner": "cfo-office"}),
+           embedder=fake_embedder)
+    kb.close()
+    c = write(tmp_path / "kbtool.yaml", dump_yaml(contract("access.principals={guest: [public], cfo: [finance]}")))
+    base = ["status", "--store", str(tmp_path / "kb"), "--contract", str(c), "--json"]
+    guest = json.loads(runner.invoke(app, base + ["--principal", "guest"]).stdout)
+    assert [s["root"] for s in guest["sources"]] == [str((tmp_path / "pub").resolve())]
+    assert "cfo-office" not in json.dumps(guest) and guest["source_bytes"] is None
+    everyone = json.loads(runner.invoke(app, base).stdout)
+    assert len(everyone["sources"]) == 2 and everyone["source_bytes"] > 0
+
+    service = Service(tmp_path / "kb", c)
+    shown = service.health(Caller(principal="guest"))
+    assert shown["index"] == {"generation": None, "indexes_current": True, "last_ingest": None,
+                              "writer_active": None} and "swaps" not in shown
+    assert service.health()["index"]["generation"] > 0 and "swaps" in service.health()

@@ -59,10 +59,12 @@ def _instructions(service, caller: Caller, keys: list[str]) -> str:
     lines = [
         f"kbtool knowledge base ({st['store']}): {st['documents']} documents, {st['chunks']} chunks, "
         f"embedding model {st['model']}, contract version {st['contract']['version']}.",
-        f"Freshness when the server started: catalog generation {fr['generation']}, indexes "
-        f"{'current' if fr['indexes_current'] else 'NOT current (run kbtool index)'}, last ingest "
-        f"{fr['last_ingest'] or 'never'}. The resource kbtool://status has the current state; the server "
-        "picks up a re-ingested store and an edited contract by itself.",
+        ("Freshness when the server started: "
+         + (f"catalog generation {fr['generation']}, " if fr.get("generation") is not None else "")
+         + f"indexes {'current' if fr['indexes_current'] else 'NOT current (run kbtool index)'}"
+         + (f", last ingest {fr['last_ingest'] or 'never'}" if fr.get("generation") is not None else "")
+         + ". The resource kbtool://status has the current state; the server picks up a re-ingested "
+         "store and an edited contract by itself."),
         "",
         "How to use it:",
         "1. Call `search` with the question in natural language first. Answer only from the returned "

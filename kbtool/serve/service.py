@@ -75,12 +75,14 @@ class Service(LiveState):
 
     def freshness(self, caller: Caller | None = None) -> dict:
         """How current the answers are: the catalog generation the indexes hold, whether they hold
-        the newest one, when the store was last ingested (None for a restricted ``caller``: it
-        describes the whole store, as ``restricted_status`` has it)."""
+        the newest one, when the store was last ingested, whether a writer is at work; for a
+        restricted ``caller`` only whether the indexes are current (the rest is others' activity)."""
         s = self.store
         restricted = caller is not None and bool(caller.principal or caller.allow or self.contract.access.require_principal)
+        if restricted:  # whether its answers are current; nothing of others' write activity
+            return {"generation": None, "indexes_current": s.is_indexed(), "last_ingest": None, "writer_active": None}
         out = {"generation": s.generation(), "indexes_current": s.is_indexed(),
-               "last_ingest": None if restricted else s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
+               "last_ingest": s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
         if self.sources_changed:  # --watch saw files change that are not in the index yet
             out["sources_changed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sources_changed))
         if self.watch_error:
@@ -180,7 +182,7 @@ class Service(LiveState):
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
                 "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),
-                "swaps": self.swaps, "kbtool_version": __version__,
+                **({} if status.get("access") is not None else {"swaps": self.swaps}), "kbtool_version": __version__,
                 **({"access": status["access"]} if status.get("access") is not None else {})}
 
 

@@ -296,6 +296,10 @@ class Catalog:
         """root -> number of documents."""
         return {r[0]: r[1] for r in self.db.execute("SELECT root, count(*) FROM documents GROUP BY root")}
 
+    def root_of(self) -> dict[str, str]:
+        """doc_id -> its root."""
+        return {r[0]: r[1] for r in self.db.execute("SELECT doc_id, root FROM documents")}
+
     def remove_documents(self, doc_ids: Iterable[str]) -> int:
         removed = 0
         with self.transaction() as db:

@@ -44,6 +44,11 @@ class DocumentsView:
         """Ingest root (absolute folder, or ``beir:FOLDER``) -> number of documents from it."""
         return self.catalog.document_roots()
 
+    def roots_of(self, doc_ids) -> set[str]:
+        """The roots these documents were ingested from."""
+        roots = self.catalog.root_of()
+        return {roots[d] for d in doc_ids if d in roots}
+
     def document_paths(self, root: str) -> list[str]:
         """The file paths of the documents ingested from ``root``."""
         return self.catalog.document_paths(root)
