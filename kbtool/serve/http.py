@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -43,6 +44,7 @@ log = logging.getLogger("kbtool.serve")
 MAX_BODY = 1_000_000
 MAX_BATCH = 100
 MAX_DEPTH = 32  # levels of JSON nesting a body may have (a batch needs 4)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class HttpError(Exception):
@@ -165,12 +167,8 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # valid JSON ("\\ud800") but not Unicode text: no answer could carry it
-        return True
-    return False
+def _lone_surrogate(text: str) -> bool:  # valid JSON ("\\ud800"), not Unicode text: no UTF-8 can carry it
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def _shown(name: str, limit: int = 60) -> str:
@@ -180,27 +178,21 @@ def _shown(name: str, limit: int = 60) -> str:
 
 
 def check_json(raw: Any) -> None:
-    """400 for a parsed body no request needs and nothing downstream can take: nested deeper than
-    ``MAX_DEPTH``, or a string (key or value) holding a lone surrogate (a JSON escape such as
-    ``\\ud800`` with no pair: not Unicode text, it cannot be matched, stored or written back as UTF-8).
-    Iterative, so a body just under the decoder's limit cannot exhaust the stack here either."""
+    """400 for a parsed body nested deeper than ``MAX_DEPTH`` or with a lone surrogate (an unpaired
+    escape such as ``\\ud800``) in a key or string, naming where. Iterative: no stack to exhaust."""
     todo: list[tuple[Any, str, int]] = [(raw, "", 1)]
     while todo:
         value, where, depth = todo.pop()
         if depth > MAX_DEPTH:
             raise HttpError(400, "invalid_json", f"the body nests deeper than {MAX_DEPTH} levels (at {where})")
+        if isinstance(value, dict):
+            todo.extend((v, f"{where}.{_shown(k)}" if where else _shown(k), depth + 1) for k, v in value.items())
+            value, where = next((k for k in value if _lone_surrogate(k)), ""), f"a key in {where or 'the body'}"
+        elif isinstance(value, list):
+            todo.extend((v, f"{where}.{i}" if where else str(i), depth + 1) for i, v in enumerate(value))
         if isinstance(value, str) and _lone_surrogate(value):
             raise HttpError(400, "invalid_json", f"{where}: holds a lone surrogate (an unpaired \\uD800-\\uDFFF "
                             "escape): send valid Unicode text")
-        if isinstance(value, dict):
-            for k, v in value.items():
-                path = f"{where}.{_shown(k)}" if where else _shown(k)
-                if _lone_surrogate(k):
-                    raise HttpError(400, "invalid_json", f"the key {path!r} holds a lone surrogate (an unpaired "
-                                    "\\uD800-\\uDFFF escape): send valid Unicode text")
-                todo.append((v, path, depth + 1))
-        elif isinstance(value, list):
-            todo.extend((v, f"{where}.{i}" if where else str(i), depth + 1) for i, v in enumerate(value))
 
 
 async def read_body(request: Request, model: type[BaseModel], max_body: int):
@@ -295,19 +287,9 @@ async def work(settings: Settings, fn: Callable[[], Any], limited: bool = True):
 
 
 # ---- errors and the guard every request passes ---------------------------------------------------
-class ErrorResponse(JSONResponse):
-    """An error's JSON: a message that quotes what a request sent can never fail to render (a lone
-    surrogate is written as its JSON escape, not a UnicodeEncodeError turning a 4xx into a 500)."""
-
-    def render(self, content: Any) -> bytes:
-        try:
-            return super().render(content)
-        except UnicodeEncodeError:
-            return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-
-
 def error(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
-    return ErrorResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate it quotes: escaped
+    return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
 
 
 def error_of(exc: BaseException) -> JSONResponse:
@@ -354,13 +336,12 @@ def check_host(request: Request, hosts: set[str] | None) -> None:
     if h not in hosts:
         raise HttpError(403, "host", f"host {h or '(none)'!r} is not served here (DNS rebinding protection)")
     origin = request.headers.get("origin")
-    if origin and origin != "null":
-        try:
-            name = urlsplit(origin).hostname or ""
-        except ValueError:  # 'http://[::1': urllib's "Invalid IPv6 URL"
-            raise HttpError(400, "origin", f"origin {origin!r} is not a URL (write scheme://host[:port])") from None
-        if name not in hosts:
-            raise HttpError(403, "origin", f"origin {origin!r} is not served here")
+    try:
+        name = urlsplit(origin).hostname or "" if origin and origin != "null" else None
+    except ValueError:  # 'http://[::1': urllib's "Invalid IPv6 URL"
+        raise HttpError(400, "origin", f"origin {origin!r} is not a URL (write scheme://host[:port])") from None
+    if name is not None and name not in hosts:
+        raise HttpError(403, "origin", f"origin {origin!r} is not served here")
 
 
 def authenticate(request: Request, tokens: dict[str, Caller]) -> Caller | None:
