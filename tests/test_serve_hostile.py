@@ -287,15 +287,27 @@ def _mcp_bodies() -> list[tuple[str, bytes]]:
     return out
 
 
+def _mcp_check(label, r, failures):
+    """No 5xx, no traceback; a 4xx is JSON-RPC JSON with an error message (the SDK's plain-text
+    answers of its transport checks too)."""
+    if r.status_code >= 500 or "Traceback" in r.text:
+        failures.append((label, r.status_code, r.text[:300]))
+    elif r.status_code >= 400:
+        try:
+            assert r.json()["error"]["message"].strip()
+        except Exception as exc:  # noqa: BLE001 - recorded with the answer
+            failures.append((label, r.status_code, f"not a JSON error ({exc!r}): {r.text[:300]}"))
+
+
 def test_the_mcp_endpoint_gets_no_5xx_from_a_hostile_client(kb, caplog):  # noqa: F811
     from starlette.testclient import TestClient
 
-    from kbtool.serve.mcp import build_server, transport_security
+    from kbtool.serve.mcp import build_server, json_errors, transport_security
     from kbtool.serve.service import Service
 
     service = Service(kb["kb"], kb["contract"])
-    app = build_server(service).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1",
-                                                   transport_security=transport_security("127.0.0.1"))
+    app = json_errors(build_server(service).streamable_http_app(  # as `kbtool serve --mcp http` serves it
+        streamable_http_path="/mcp", host="127.0.0.1", transport_security=transport_security("127.0.0.1")))
     head = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     failures: list = []
     sent = 0
@@ -310,8 +322,7 @@ def test_the_mcp_endpoint_gets_no_5xx_from_a_hostile_client(kb, caplog):  # noqa
         for label, body in _mcp_bodies():
             r = c.post("/mcp", content=body, headers=session)
             sent += 1
-            if r.status_code >= 500 or "Traceback" in r.text:
-                failures.append((label, r.status_code, r.text[:300]))
+            _mcp_check(label, r, failures)
         for name, value in (("Origin", "http://[::1"), ("Origin", "http://evil.example"), ("Host", "[::1"),
                             ("Host", "evil.example"), ("Content-Type", "text/plain"), ("Accept", "text/html"),
                             ("mcp-session-id", "nope"), ("mcp-session-id", ""), ("mcp-protocol-version", "1999-01-01")):
@@ -319,14 +330,12 @@ def test_the_mcp_endpoint_gets_no_5xx_from_a_hostile_client(kb, caplog):  # noqa
             for method in ("POST", "PUT", "PATCH"):
                 r = c.request(method, "/mcp", content=json.dumps(_rpc("ping")).encode(), headers={**session, name: value})
                 sent += 1
-                if r.status_code >= 500 or "Traceback" in r.text:
-                    failures.append((f"{method} {name}: {value}", r.status_code, r.text[:300]))
+                _mcp_check(f"{method} {name}: {value}", r, failures)
         for method, headers in (("GET", {**session, "Accept": "text/html"}), ("DELETE", {**session, "mcp-session-id": "nope"}),
                                 ("GET", {**session, "Origin": "http://[::1"}), ("DELETE", {**session, "Host": "[::1"})):
             r = c.request(method, "/mcp", headers=headers)
             sent += 1
-            if r.status_code >= 500 or "Traceback" in r.text:
-                failures.append((f"{method} {headers}", r.status_code, r.text[:300]))
+            _mcp_check(f"{method} {headers}", r, failures)
         r = c.post("/mcp", json=_rpc("tools/call", {"name": "search", "arguments": {"question": "which port"}}),
                    headers=session)
         assert r.status_code == 200 and "guide.md" in r.text  # still answering
