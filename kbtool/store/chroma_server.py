@@ -139,7 +139,7 @@ def server_error(exc: BaseException, rec: dict) -> StoreError | None:
         return StoreError(f"the Chroma server at {url} does not let this client read tenant {rec['tenant']!r} "
                           f"(missing, or credentials needed: ${TOKEN_ENV}): check the tenant and the credentials")
     if isinstance(exc, ValueError) and _looks_like_markup(text):  # chromadb raises the HTML page it got
-        return not_chroma_error(rec, "an HTML page")
+        return not_chroma_error(rec, "an HTML page", "a Chroma request")
     if type(exc) is Exception:  # chromadb's error for an answer that is not Chroma's (another server on the port)
         return StoreError(f"{url} answered a Chroma request with an error ({_short(text)}): is it a Chroma 1.x "
                           f"server? Start one with {start_hint(rec)}")
@@ -164,8 +164,8 @@ def timeout_error(exc: BaseException, rec: dict, seconds: float, what: str = "")
                       f"({start_hint(rec)}){fix}; the catalog and the embedding cache keep what was done")
 
 
-def not_chroma_error(rec: dict, got: str) -> StoreError:
-    return StoreError(f"{rec['url']} answers, but not as a Chroma server (its heartbeat /api/v2/heartbeat gave {got}): "
+def not_chroma_error(rec: dict, got: str, asked: str = "its heartbeat /api/v2/heartbeat") -> StoreError:
+    return StoreError(f"{rec['url']} answers, but not as a Chroma server ({asked} gave {got}): "
                       f"is it the URL of another service? Point the store at a Chroma 1.x server (start one with "
                       f"{start_hint(rec)}; `kbtool status` shows the URL the store records)")
 
