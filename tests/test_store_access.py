@@ -287,3 +287,30 @@ def test_real_damage_is_still_called_damage(docs, tmp_path):
         assert r.exit_code == 1, r.output
         assert "not a readable catalog (file is not a database): the store is damaged" in r.stderr, r.stderr
         assert "no space" not in r.stderr and "read-only" not in r.stderr
+
+
+def test_doctor_on_a_full_disk_names_the_stores_file_system_not_the_working_directorys(fake_embedder, docs, tmp_path,
+                                                                                      monkeypatch):
+    """Chroma's/SQLite's "database or disk is full" met by doctor was said of the working directory's
+    file system (Path.cwd()), wherever the store was."""
+    import sqlite3
+
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+    from kbtool.store import vectors as vectors_mod
+
+    kb = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(kb, [docs], embedder=fake_embedder).failed
+    kb.close()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    def full(*a, **k):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(vectors_mod.ChromaVectors, "verify", full)
+    r = run("doctor", "--store", tmp_path / "kb")
+    assert r.exit_code == 1, r.output
+    assert f"(the file system of {(tmp_path / 'kb').resolve()}" in r.stderr, r.stderr
+    assert str(elsewhere) not in r.stderr and "Internal error" not in r.stderr

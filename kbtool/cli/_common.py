@@ -97,6 +97,7 @@ def handle_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _opened.clear()  # a command's own stores (CliRunner runs many commands in one process)
         try:
             return fn(*args, **kwargs)
         except KbtoolError as exc:
@@ -147,7 +148,8 @@ def _storage_error(exc: Exception):
 
         return KbtoolError(f"{exc.strerror}: {exc.filename or '(no file name given)'}")
     if isinstance(exc, sqlite3.OperationalError) or type(exc).__module__.startswith("chromadb"):
-        known = storage_error(exc, Path.cwd())
+        # the store this command opened is what SQLite and Chroma were writing, not the working directory
+        known = storage_error(exc, _opened[-1] if _opened else Path.cwd())
         return known if known and "no space" in str(known) else None
     return None
 
@@ -158,7 +160,12 @@ def open_store(path: Optional[Path], create: bool = False, model: Optional[str] 
     must be what it records: UsageError (exit 2) naming the recorded one otherwise."""
     from ..store import Store
 
-    return Store.open(path, create=create, model=model, vectors=vectors)
+    store = Store.open(path, create=create, model=model, vectors=vectors)
+    _opened.append(store.path)
+    return store
+
+
+_opened: list[Path] = []  # the stores this process opened (a failure's file system is the last one's)
 
 
 ChromaUrlOpt = Annotated[

@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -42,6 +43,8 @@ log = logging.getLogger("kbtool.serve")
 
 MAX_BODY = 1_000_000
 MAX_BATCH = 100
+MAX_DEPTH = 32  # levels of JSON nesting a body may have (a batch needs 4)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class HttpError(Exception):
@@ -156,12 +159,40 @@ def bodies(max_top_k: int, max_batch: int) -> tuple[type[RetrieveBody], type[Bat
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        loc = ".".join(_shown(str(p)) for p in e.get("loc", ()) if p != "body") or "body"
         msg = e.get("msg", "invalid").removeprefix("Value error, ")
         if e.get("type") == "extra_forbidden":
             msg = "unknown field (a request cannot set it)"
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)
+
+
+def _lone_surrogate(text: str) -> bool:  # valid JSON ("\\ud800"), not Unicode text: no UTF-8 can carry it
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def _shown(name: str, limit: int = 60) -> str:
+    """A body's key as a message names it: ASCII-safe, at most ``limit`` characters."""
+    name = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return name if len(name) <= limit else name[:limit] + "…"
+
+
+def check_json(raw: Any) -> None:
+    """400 for a parsed body nested deeper than ``MAX_DEPTH`` or with a lone surrogate (an unpaired
+    escape such as ``\\ud800``) in a key or string, naming where. Iterative: no stack to exhaust."""
+    todo: list[tuple[Any, str, int]] = [(raw, "", 1)]
+    while todo:
+        value, where, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise HttpError(400, "invalid_json", f"the body nests deeper than {MAX_DEPTH} levels (at {where})")
+        if isinstance(value, dict):
+            todo.extend((v, f"{where}.{_shown(k)}" if where else _shown(k), depth + 1) for k, v in value.items())
+            value, where = next((k for k in value if _lone_surrogate(k)), ""), f"a key in {where or 'the body'}"
+        elif isinstance(value, list):
+            todo.extend((v, f"{where}.{i}" if where else str(i), depth + 1) for i, v in enumerate(value))
+        if isinstance(value, str) and _lone_surrogate(value):
+            raise HttpError(400, "invalid_json", f"{where}: holds a lone surrogate (an unpaired \\uD800-\\uDFFF "
+                            "escape): send valid Unicode text")
 
 
 async def read_body(request: Request, model: type[BaseModel], max_body: int):
@@ -179,8 +210,11 @@ async def read_body(request: Request, model: type[BaseModel], max_body: int):
         raw = json.loads(bytes(data))
     except (ValueError, UnicodeDecodeError) as exc:
         raise HttpError(400, "invalid_json", f"the body is not valid JSON ({exc})") from None
+    except RecursionError:  # json's C decoder recurses per level: 10,000 '[' exhaust the stack
+        raise HttpError(400, "invalid_json", f"the body nests deeper than {MAX_DEPTH} levels") from None
     if not isinstance(raw, dict):
         raise HttpError(400, "invalid_json", "the body must be a JSON object")
+    check_json(raw)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -254,6 +288,7 @@ async def work(settings: Settings, fn: Callable[[], Any], limited: bool = True):
 
 # ---- errors and the guard every request passes ---------------------------------------------------
 def error(status: int, type_: str, message: str, headers: dict | None = None) -> JSONResponse:
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate it quotes: escaped
     return JSONResponse({"error": {"type": type_, "message": message}}, status_code=status, headers=headers)
 
 
@@ -301,7 +336,11 @@ def check_host(request: Request, hosts: set[str] | None) -> None:
     if h not in hosts:
         raise HttpError(403, "host", f"host {h or '(none)'!r} is not served here (DNS rebinding protection)")
     origin = request.headers.get("origin")
-    if origin and origin != "null" and (urlsplit(origin).hostname or "") not in hosts:
+    try:
+        name = urlsplit(origin).hostname or "" if origin and origin != "null" else None
+    except ValueError:  # 'http://[::1': urllib's "Invalid IPv6 URL"
+        raise HttpError(400, "origin", f"origin {origin!r} is not a URL (write scheme://host[:port])") from None
+    if name is not None and name not in hosts:
         raise HttpError(403, "origin", f"origin {origin!r} is not served here")
 
 

@@ -284,6 +284,40 @@ def transport_security(host: str):
                                      allowed_origins=origins)
 
 
+def json_errors(app):
+    """``app`` (the SDK's streamable-HTTP app) with every 4xx/5xx answered as JSON-RPC JSON
+    ``{"jsonrpc", "id": null, "error": {"code", "message"}}``: the SDK's transport checks answer
+    plain text ("Invalid Origin header"), its own JSON-RPC errors pass unchanged."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        held: dict = {}
+
+        async def relay(message):
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                ctype = dict(message.get("headers") or []).get(b"content-type", b"")
+                if not ctype.startswith(b"application/json"):
+                    held.update(start=message, body=b"")
+                    return
+            if "start" in held and message["type"] == "http.response.body":
+                held["body"] += message.get("body", b"")
+                if message.get("more_body"):
+                    return
+                start, text = held.pop("start"), held["body"].decode("utf-8", "replace").strip()
+                body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32600, "message": text or f"HTTP {start['status']}"}}).encode()
+                headers = [(k, v) for k, v in start.get("headers") or [] if k not in (b"content-type", b"content-length")]
+                await send({**start, "headers": headers + [(b"content-type", b"application/json"),
+                                                           (b"content-length", str(len(body)).encode())]})
+                return await send({"type": "http.response.body", "body": body})
+            await send(message)
+
+        return await app(scope, receive, relay)
+
+    return wrapped
+
+
 def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
         caller: Caller | None = None, log_level: str = "warning") -> None:
     """Serve until interrupted: ``stdio`` (an MCP client starts this process) or ``http``
@@ -300,12 +334,12 @@ def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 
     if transport == "stdio":
         anyio.run(server.run_stdio_async)
         return
-    app = server.streamable_http_app(streamable_http_path="/mcp", transport_security=transport_security(host),
-                                     host=host)
+    app = json_errors(server.streamable_http_app(streamable_http_path="/mcp", transport_security=transport_security(host),
+                                                 host=host))
     sock, bound = listen(host, port)
     print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp "
           f"(store {service.store.path})", file=sys.stderr, flush=True)
     run_uvicorn(app, sock, log_level, lifespan="on")  # the session manager runs in the app's lifespan
 
 
-__all__ = ["build_server", "run", "answer_payload"]
+__all__ = ["build_server", "run", "answer_payload", "json_errors"]

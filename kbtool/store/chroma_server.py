@@ -16,6 +16,7 @@ a JSON object, ``CHROMA_CLIENT_AUTH_PROVIDER`` / ``CHROMA_CLIENT_AUTH_CREDENTIAL
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Sequence
@@ -34,6 +35,7 @@ TOKEN_HEADER_ENV = "KBTOOL_CHROMA_TOKEN_HEADER"
 # connections but never answers (hung, a stopped VM behind a proxy) fails the command with one line.
 TIMEOUT_ENV = "KBTOOL_CHROMA_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 10.0  # to connect, and for the first heartbeat (at most $KBTOOL_CHROMA_TIMEOUT)
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 
 
@@ -117,9 +119,7 @@ def server_error(exc: BaseException, rec: dict) -> StoreError | None:
     down = (f"start it ({start_hint(rec)}; `kbtool status` shows the URL the store records), then run the "
             "command again: the catalog and the embedding cache keep what was done")
     if isinstance(exc, httpx.TimeoutException):
-        return StoreError(f"the Chroma server at {url} did not answer within {timeout():g} s ({name}): is it hung or "
-                          f"overloaded? Restart it ({start_hint(rec)}) or raise ${TIMEOUT_ENV}; the catalog and the "
-                          "embedding cache keep what was done")
+        return timeout_error(exc, rec, timeout_of(exc))
     if isinstance(exc, httpx.TransportError) or (isinstance(exc, ValueError) and "Could not connect to a Chroma server" in text):
         why = "connection refused" if isinstance(exc, ValueError) or "refused" in text.lower() else (text or name)
         return StoreError(f"the Chroma server at {url} is not reachable ({why}): {down}")
@@ -138,10 +138,58 @@ def server_error(exc: BaseException, rec: dict) -> StoreError | None:
     if isinstance(exc, ValueError) and "Could not connect to tenant" in text:
         return StoreError(f"the Chroma server at {url} does not let this client read tenant {rec['tenant']!r} "
                           f"(missing, or credentials needed: ${TOKEN_ENV}): check the tenant and the credentials")
+    if isinstance(exc, ValueError) and _looks_like_markup(text):  # chromadb raises the HTML page it got
+        return not_chroma_error(rec, "an HTML page", "a Chroma request")
     if type(exc) is Exception:  # chromadb's error for an answer that is not Chroma's (another server on the port)
         return StoreError(f"{url} answered a Chroma request with an error ({_short(text)}): is it a Chroma 1.x "
                           f"server? Start one with {start_hint(rec)}")
     return None
+
+
+def timeout_of(exc: BaseException) -> float:
+    """The seconds that ran out: the connect limit for a connection never accepted, else the request's."""
+    import httpx
+
+    limit = timeout()
+    return min(CONNECT_TIMEOUT, limit) if isinstance(exc, httpx.ConnectTimeout) else limit
+
+
+def timeout_error(exc: BaseException, rec: dict, seconds: float, what: str = "") -> StoreError:
+    """The server did not answer within ``seconds`` — the limit that applied, named as it is set."""
+    limit = timeout()
+    fix = (f" or raise ${TIMEOUT_ENV} (now {limit:g} s)" if seconds >= limit else
+           f" (a live server connects and answers a heartbeat within {seconds:g} s, whatever ${TIMEOUT_ENV} says)")
+    return StoreError(f"the Chroma server at {rec['url']} did not answer{' ' + what if what else ''} within "
+                      f"{seconds:g} s ({type(exc).__name__}): is it hung or overloaded? Restart it "
+                      f"({start_hint(rec)}){fix}; the catalog and the embedding cache keep what was done")
+
+
+def not_chroma_error(rec: dict, got: str, asked: str = "its heartbeat /api/v2/heartbeat") -> StoreError:
+    return StoreError(f"{rec['url']} answers, but not as a Chroma server ({asked} gave {got}): "
+                      f"is it the URL of another service? Point the store at a Chroma 1.x server (start one with "
+                      f"{start_hint(rec)}; `kbtool status` shows the URL the store records)")
+
+
+def _looks_like_markup(text: str) -> bool:
+    head = text.lstrip()[:200].lower()
+    return head.startswith("<") and any(w in head for w in ("<!doctype", "<html", "<head", "<body", "<?xml", "<h1"))
+
+
+def check_heartbeat(response, rec: dict) -> None:
+    """StoreError unless ``response`` is a Chroma 1.x heartbeat (JSON ``{"nanosecond heartbeat": N}``),
+    or a refusal the client's next request will name (401/403: credentials)."""
+    if response.status_code in (401, 403):
+        return
+    ctype = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    got = f"HTTP {response.status_code}, {ctype}"
+    try:
+        body = response.json()
+    except ValueError:
+        raise not_chroma_error(rec, got + (", an HTML page" if _looks_like_markup(response.text) else "")) from None
+    if response.status_code >= 500 and response.status_code != 501:  # JSON: perhaps Chroma failing; the client says
+        return
+    if response.status_code != 200 or not isinstance(body, dict) or "nanosecond heartbeat" not in body:
+        raise not_chroma_error(rec, got + f": {_short(json.dumps(body))[:80]}")  # 404: a Chroma 0.x, another API
 
 
 def _short(text: str) -> str:
@@ -182,11 +230,16 @@ def connect(rec: dict):
     import httpx
 
     limit = timeout()
+    beat = min(CONNECT_TIMEOUT, limit)
     try:
         # The client's constructor already asks the server (tenant, database) with no timeout: a
-        # heartbeat with one first, so a server that never answers fails here.
-        httpx.get(rec["url"].rstrip("/") + "/api/v2/heartbeat", timeout=min(10.0, limit), headers=headers or {},
-                  verify=settings.chroma_server_ssl_verify if settings.chroma_server_ssl_verify is not None else True)
+        # heartbeat with one first, so a server that never answers — or is not Chroma — fails here.
+        try:
+            check_heartbeat(httpx.get(rec["url"].rstrip("/") + "/api/v2/heartbeat", timeout=beat, headers=headers or {},
+                                      verify=settings.chroma_server_ssl_verify
+                                      if settings.chroma_server_ssl_verify is not None else True), rec)
+        except httpx.TimeoutException as exc:
+            raise timeout_error(exc, rec, beat, "a heartbeat") from None
         client = chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=headers, settings=settings,
                                      tenant=rec["tenant"], database=rec["database"])
     except Exception as exc:
@@ -196,7 +249,7 @@ def connect(rec: dict):
         raise known from None
     session = getattr(getattr(client, "_server", None), "_session", None)
     if isinstance(session, httpx.Client):  # chromadb 1.x: an httpx.Client made with timeout=None
-        session.timeout = httpx.Timeout(limit, connect=min(10.0, limit))
+        session.timeout = httpx.Timeout(limit, connect=beat)
     return client
 
 

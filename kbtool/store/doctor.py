@@ -15,7 +15,22 @@ from .manifest import bm25_digest
 
 
 def diagnose(store) -> list[dict]:
-    """[{check, ok, detail}] for a store."""
+    """[{check, ok, detail}] for a store. A full or read-only file system met on the way (SQLite's
+    and Chroma's words for it) is the StoreError naming the store's file system, not damage."""
+    from .files import storage_error
+
+    try:
+        return _diagnose(store)
+    except StoreError:
+        raise
+    except Exception as exc:
+        known = storage_error(exc, store.path, "doctor")
+        if known is None:
+            raise
+        raise known from None
+
+
+def _diagnose(store) -> list[dict]:
     findings: list[dict] = []
 
     def add(check: str, ok: bool, detail: str) -> None:
