@@ -44,7 +44,7 @@ CREDENTIAL_PATTERNS = [
     r"\b(?:sk|rk|tok)_live_[0-9A-Za-z]{10,}\b",
     # an HTTP Authorization header's credentials (Basic user:password in base64, Bearer/Token values)
     r"(?i:\bauthorization\b[\"']?\s*[:=]\s*[\"']?(?:basic|bearer|token|digest)\s+)" + _PLACEHOLDER
-    + r"(?P<auth>[A-Za-z0-9+/=._~-]{8,})",
+    + r"(?![^\s\"'`]*(?:\.\.\.|…))(?P<auth>[A-Za-z0-9+/=._~-]{8,})",  # "eyJhbGciOi..." is an example
 ]
 
 
