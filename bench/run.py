@@ -202,10 +202,11 @@ def large_files_markdown(r: dict) -> list[str]:
         "Large files (`bench/run.py --only large-files`; generated English prose with headings, lists and "
         "a Chinese line in seven, so langdetect calls it mixed; each file parsed in a fresh process):",
         "",
-        "| file | MB | parse | MB/s | blocks | peak RSS (after imports) |",
-        "| --- | --- | --- | --- | --- | --- |",
-        *[f"| {name} | {v['mb']} | {v['parse_s']} s | {v['mb_per_s']} | {v['blocks']} | {v['peak_rss_mb']} MB "
-          f"({v['rss_before_parse_mb']} MB) |" for name, v in r.items() if name.startswith("large-")],
+        "| file | MB | parse | MB/s | blocks | kept-text guard | peak RSS (after imports) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *[f"| {name} | {v['mb']} | {v['parse_s']} s | {v['mb_per_s']} | {v['blocks']} | "
+          + (f"{v['kept_s']} s ({v['kept']:.0%} kept)" if v.get("kept_s") is not None else "–")
+          + f" | {v['peak_rss_mb']} MB ({v['rss_before_parse_mb']} MB) |" for name, v in r.items() if name.startswith("large-")],
         f"| embedding the 30 MB file's chunks (estimate) | {e['tokens']} tokens, ~{e['chunks']} chunks of "
         f"{e['chunk_tokens']} tokens at {e['chunks_per_s']} chunks/s | ~{e['embed_s']} s | | | |",
         "",
