@@ -255,6 +255,14 @@ def test_a_malformed_origin_is_400_not_500(hostile_app):
     assert c.get("/healthz", headers={"Origin": "http://[::1]:3000"}).status_code == 200
 
 
+def test_a_malformed_host_is_400_not_read_as_another(hostile_app):
+    """'Host: [::1' (no closing bracket) was read as '::1' and answered."""
+    c, _ = hostile_app
+    r = c.get("/healthz", headers={"Host": "[::1"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "host" and "not a host name" in r.json()["error"]["message"]
+    assert c.get("/healthz", headers={"Host": "[::1]:8765"}).status_code == 200
+
+
 # ---- MCP over streamable HTTP: its own app (`kbtool serve --mcp http`) ------------------------------
 def _rpc(method: str, params=None, id_=7) -> dict:
     return {"jsonrpc": "2.0", "id": id_, "method": method, **({"params": params} if params is not None else {})}

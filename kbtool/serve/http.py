@@ -324,6 +324,8 @@ def _host_of(header: str) -> str:
     """'localhost:8765' -> 'localhost', '[::1]:8765' -> '::1'."""
     header = header.strip().lower()
     if header.startswith("["):
+        if "]" not in header:  # '[::1': no host at all
+            raise HttpError(400, "host", f"host {header!r} is not a host name (write [::1]:PORT)")
         return header[1:].partition("]")[0]
     return header.rpartition(":")[0] if header.count(":") == 1 else header
 
