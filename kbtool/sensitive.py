@@ -249,12 +249,13 @@ def compiled(cfg, base: Path | None = None, *, reread: bool = False) -> Rules:
 
 
 def apply(rules: Rules, question: str, window: list, rows: dict,
-          source: Callable[[str], str | None] | None = None) -> tuple[list, dict[str, str], dict, tuple | None]:
+          source: Callable | None = None) -> tuple[list, dict[str, str], dict, tuple | None]:
     """(window without dropped hits, {chunk id: {field: redacted value}}, trace record, refusal or None).
 
     ``window``: [(chunk id, score)] after dedup; ``rows``: chunk rows by id. A hit's text, title and
     section path (what the context block shows) are scanned; a match in any drops the hit.
-    ``source``: doc id -> its text, so a hit's text is also checked against its source span."""
+    ``source``: (doc id, start, length) -> (the document's text around it, where it starts in
+    that), so a hit's text is also checked against its source span."""
     refused = rules.refusal(question)
     kept, texts = [], {}
     redacted: dict[str, int] = {}
@@ -262,8 +263,9 @@ def apply(rules: Rules, question: str, window: list, rows: dict,
     for item in window:
         row, changed, drop = rows[item[0]], {}, None
         for name in ("text", "title", "section_path"):
-            whole = source(row["doc_id"]) if source is not None and name == "text" and row.get("doc_id") else None
-            value, drop, counts = rules.scan(row.get(name) or "", whole, row.get("char_start"))
+            around, at = (source(row["doc_id"], row.get("char_start"), len(row.get("text") or ""))
+                          if source is not None and name == "text" and row.get("doc_id") else (None, None))
+            value, drop, counts = rules.scan(row.get(name) or "", around, at)
             if drop:
                 break
             if counts:

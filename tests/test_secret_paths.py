@@ -181,3 +181,15 @@ def test_kbtool_chunks_shows_no_secret(kb):
         assert r.exit_code == 0, r.output
         assert not leaked(r.stdout), leaked(r.stdout)
         assert "REDACTED:credentials" in r.stdout
+
+
+def test_the_source_span_is_a_bounded_window_read_by_sqlite(kb):
+    """A hit is checked against the text around it, not its whole document (a 30 MB file scanned
+    on every question took seconds): the window SQLite cuts equals the Python slice."""
+    store = kb["store"]
+    text = store.document_text("deploy.md")
+    for start, n, margin in ((0, 40, 10), (120, 64, 50), (len(text) - 5, 5, 100)):
+        around, at = store.source_window("deploy.md", start, n, margin=margin)
+        lo = max(0, start - margin)
+        assert around == text[lo:start + n + margin] and around[at:at + n] == text[start:start + n]
+    assert store.source_window("deploy.md", None, 10) == (None, None)

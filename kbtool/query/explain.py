@@ -134,7 +134,7 @@ def _shown(store, index, term: str, mask, gate) -> bool:
         row = chunks.get(cid)
         if row is None:
             continue
-        text, drop, _ = gate(row["text"], store.document_text(row["doc_id"]), row["char_start"])
+        text, drop, _ = gate(row["text"], *store.source_window(row["doc_id"], row["char_start"], len(row["text"])))
         if drop is None and term in store.analyzer(embed_text(row["prefix"], text)):
             return True
     return False

@@ -175,14 +175,9 @@ def sensitive(st: AnswerState) -> dict:
 
 
 def _sources(st: AnswerState):
-    """doc id -> its parsed text, read once per question: the source span a hit is checked against."""
-    texts: dict[str, str | None] = {}
-
-    def text(doc_id: str) -> str | None:
-        if doc_id not in texts:
-            texts[doc_id] = st.store.document_text(doc_id)
-        return texts[doc_id]
-    return text
+    """(doc id, start, length) -> the document's text around that span and where the span starts in
+    it (``Store.source_window``): the source span a hit is checked against."""
+    return st.store.source_window
 
 
 def diversity(st: AnswerState) -> dict:
@@ -275,7 +270,7 @@ def expand(st: AnswerState) -> dict:
     if sens.active:  # a span's other chunks were never scanned: scan what expansion returns
         source = _sources(st)
         for i, h in enumerate(st.hits):
-            text, drop, counts = sens.scan(h.text, source(h.doc_id), h.char_start)
+            text, drop, counts = sens.scan(h.text, *source(h.doc_id, h.char_start, len(h.text)))
             if drop:  # a dropping category in the span: the hit's own chunk instead, at the span's rank
                 st.hits[i] = replace(own.get(h.chunk_id, h), rank=h.rank)
             elif counts:

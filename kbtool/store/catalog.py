@@ -352,6 +352,12 @@ class Catalog:
         """How many documents carry a kept-text share."""
         return int(self.db.execute("SELECT COUNT(*) FROM documents WHERE kept IS NOT NULL").fetchone()[0])
 
+    def document_slice(self, doc_id: str, start: int, length: int) -> str | None:
+        """``text[start:start + length]`` of a document, cut by SQLite (the whole text is not read)."""
+        row = self.db.execute("SELECT substr(text, ?, ?) FROM documents WHERE doc_id=?",
+                              (start + 1, length, doc_id)).fetchone()
+        return row[0] if row else None
+
     def document_text(self, doc_id: str) -> str | None:
         row = self.db.execute("SELECT text FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
         return row[0] if row else None

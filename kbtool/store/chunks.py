@@ -95,12 +95,9 @@ class ChunksView:
                                 else ": `kbtool status` counts them, `kbtool chunks` lists them"))
         rows = self.catalog.chunk_listing(doc_id, limit if over_limit else None)
         if gate is not None:  # the sensitive rules' scan: each chunk as answers would show it
-            texts: dict[str, str | None] = {}
             rows = [dict(r) for r in rows]
             for r in rows:
-                if r["doc_id"] not in texts:
-                    texts[r["doc_id"]] = self.document_text(r["doc_id"])
-                r["text"] = gate(r["text"], texts[r["doc_id"]], r["char_start"])[0]
+                r["text"] = gate(r["text"], *self.source_window(r["doc_id"], r["char_start"], len(r["text"])))[0]
                 r["prefix"] = gate(r["prefix"] or "")[0]
         return [{"chunk_id": r["chunk_id"], "doc_id": r["doc_id"], "n": r["ordinal"], "section_path": r["section_path"],
                  "page": r["page"], "lines": [r["line_start"], r["line_end"]] if r["line_start"] else None,

@@ -44,6 +44,15 @@ class DocumentsView:
         """Ingest root (absolute folder, or ``beir:FOLDER``) -> number of documents from it."""
         return self.catalog.document_roots()
 
+    def source_window(self, doc_id: str, start: int | None, length: int, margin: int = 8192) -> tuple[str | None, int | None]:
+        """(the document's text from ``margin`` characters before ``start`` to as many after the
+        ``length`` characters there, where ``start`` falls in it): the source span a chunk or hit is
+        checked against for secrets cut across chunks, without reading a big document whole."""
+        if start is None:
+            return None, None
+        lo = max(0, start - margin)
+        return self.catalog.document_slice(doc_id, lo, start - lo + length + margin), start - lo
+
     def roots_of(self, doc_ids) -> set[str]:
         """The roots these documents were ingested from."""
         roots = self.catalog.root_of()
