@@ -213,42 +213,47 @@ def plain_heading(text: str) -> str:
     return " ".join(text.split())
 
 
-def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: Path | None = None,
-                   ingest_root: Path | None = None, include_root: Path | None = None, excluded=None,
-                   _depth: int = 0) -> Cleaned:
-    cleaned = Cleaned(text="")
-    stats = cleaned.stats
-    text = text.replace("\r\n", "\n")
+class _Includer:
+    """The include directives of one document: the lines to put in their place (each with the file
+    and line it came from), found or missing counted in ``cleaned``."""
 
-    def shown(path: Path) -> str:
+    def __init__(self, cleaned: Cleaned, rules: MarkupRules, doc_path: Path | None, ingest_root: Path | None,
+                 include_root: Path | None, excluded, depth: int):
+        self.cleaned, self.rules, self.doc_path, self.depth = cleaned, rules, doc_path, depth
+        self.ingest_root, self.include_root, self.excluded = ingest_root, include_root, excluded
+
+    def shown(self, path: Path) -> str:
         """An included file as citations name it: under the ingest root, else the include root."""
-        for r in (ingest_root, include_root):
+        for r in (self.ingest_root, self.include_root):
             if r is not None and path.is_relative_to(r):
                 return path.relative_to(r).as_posix()
         return path.as_posix()
 
-    def include(target: str, in_code: bool = False, form=None, options: str = "") -> list | None:
+    def __call__(self, target: str, in_code: bool = False, form=None, options: str = "") -> list | None:
         """(line, (file, line number)) to put in place of an include directive (None: missing), counted."""
+        cleaned, stats = self.cleaned, self.cleaned.stats
         target, which = selection(target, "curly" if form is _INCLUDE_CURLY else "comment" if form is _INCLUDE_COMMENT else "", options)
         missing: list[str] = []
-        found = read_include(target, doc_dir, include_root, ingest_root, excluded, missing)
+        found = read_include(target, self.doc_path.parent if self.doc_path else None, self.include_root,
+                             self.ingest_root, self.excluded, missing)
         key = "includes_resolved" if found is not None else "includes_missing"
         stats[key] = stats.get(key, 0) + 1
         if found is None:
             for path in missing:  # "" = absent: a later ingest re-parses when it appears
                 cleaned.includes.setdefault(path, "")
-            where = f" (in {doc_path.name})" if _depth and doc_path is not None else ""
+            where = f" (in {self.doc_path.name})" if self.depth and self.doc_path is not None else ""
             cleaned.missing_includes.append(target + where)
             return None
         path, body = found
         import hashlib
 
         cleaned.includes[str(path)] = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        name = shown(path)
+        name = self.shown(path)
         picked = select(body.rstrip("\n").split("\n"), which)
-        if not in_code and path.suffix.lower() in (".md", ".markdown") and _depth < 3:  # a Markdown snippet: cleaned too
-            inner = clean_markdown("\n".join(t for _, t in picked), rules, doc_path=path, ingest_root=ingest_root,
-                                   include_root=include_root, excluded=excluded, _depth=_depth + 1)
+        if not in_code and path.suffix.lower() in (".md", ".markdown") and self.depth < 3:  # a Markdown snippet: cleaned too
+            inner = clean_markdown("\n".join(t for _, t in picked), self.rules, doc_path=path,
+                                   ingest_root=self.ingest_root, include_root=self.include_root,
+                                   excluded=self.excluded, _depth=self.depth + 1)
             cleaned.includes.update(inner.includes)
             cleaned.missing_includes.extend(inner.missing_includes)
             cleaned.anchors.extend(inner.anchors)
@@ -259,21 +264,32 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                     for k, t in enumerate(inner.text.split("\n"))]
         return [(t, (name, n)) for n, t in picked]
 
-    def code_fenced(target: str, body: list) -> list:
+    @staticmethod
+    def fenced(target: str, body: list) -> list:
         """Included code outside a code block: fenced, so a "# comment" can never read as a heading."""
         if target.lower().endswith((".md", ".markdown")):
             return body
         fence = "`" * max([3] + [len(r) + 1 for t, _ in body for r in re.findall(r"`{3,}", t)])
         lang = _LANG.get(Path(target.split(":")[0].split("#")[0]).suffix.lower(), "")
         return [(fence + lang, None), *body, (fence, None)]
+
+
+def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: Path | None = None,
+                   ingest_root: Path | None = None, include_root: Path | None = None, excluded=None,
+                   _depth: int = 0) -> Cleaned:
+    cleaned = Cleaned(text="")
+    stats = cleaned.stats
+    text = text.replace("\r\n", "\n")
+
     lines = text.split("\n")
     start = _front_matter(lines, cleaned) if rules.on("front_matter") and _depth == 0 else 0
     if _depth and rules.on("front_matter"):
         start = _front_matter(lines, Cleaned(text=""))  # a snippet's own front matter is dropped
     out = _Out()
-    doc_dir = doc_path.parent if doc_path else None
     ingest_root = ingest_root.resolve() if ingest_root else None
     include_root = include_root.resolve() if include_root else ingest_root
+    include = _Includer(cleaned, rules, doc_path, ingest_root, include_root, excluded, _depth)
+    code_fenced = _Includer.fenced
 
     fence: tuple[str, str] | None = None  # (marker, language) while inside a code block
     fence_lines = 0
