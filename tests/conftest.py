@@ -289,3 +289,29 @@ def three_retrievers(tmp_path_factory, fake_embedder):
     assert store.add_model("use-m") == "dense:use-m"
     index(store, embedder=fake_embedder)
     return store, load_questions(path), path
+
+
+def stand_in_http(status: int, body: bytes, ctype: str, seen: list | None = None):
+    """A local HTTP server answering every GET and POST with ``status``, ``body`` and ``ctype``
+    (``seen`` collects each request's Authorization header): (the server, its URL). Shut it down."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if seen is not None:
+                seen.append(self.headers.get("Authorization"))
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -19,27 +17,10 @@ from kbtool.errors import StoreError  # noqa: E402
 from kbtool.store import chroma_server  # noqa: E402
 from kbtool.store.chroma_server import connect, server_record  # noqa: E402
 
+from .conftest import stand_in_http  # noqa: E402
+
 NGINX = (b"<!DOCTYPE html>\n<html>\n<head>\n<title>Welcome to nginx!</title>\n</head>\n<body>\n"
          b"<h1>Welcome to nginx!</h1>\n<p>If you see this page, the nginx web server is working.</p>\n</body>\n</html>\n")
-
-
-def _serve(status: int, body: bytes, ctype: str):
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
 
 
 @pytest.mark.parametrize("status, body, ctype, words", [
@@ -50,7 +31,7 @@ def _serve(status: int, body: bytes, ctype: str):
     (404, b'{"detail": "Not Found"}', "application/json", "HTTP 404"),  # a Chroma 0.x: no v2 API
 ])
 def test_a_url_of_another_http_service_is_one_line_naming_it(status, body, ctype, words):
-    httpd, url = _serve(status, body, ctype)
+    httpd, url = stand_in_http(status, body, ctype)
     try:
         with pytest.raises(StoreError) as e:
             connect(server_record(url))
@@ -64,7 +45,7 @@ def test_a_url_of_another_http_service_is_one_line_naming_it(status, body, ctype
 
 def test_a_refusing_server_is_left_to_the_client_to_name():
     """401 on the heartbeat is not 'not Chroma': the client's next request says access was refused."""
-    httpd, url = _serve(401, json.dumps({"error": "AuthorizationError", "message": "Unauthorized"}).encode(),
+    httpd, url = stand_in_http(401, json.dumps({"error": "AuthorizationError", "message": "Unauthorized"}).encode(),
                         "application/json")
     try:
         with pytest.raises(StoreError, match="refused access"):

@@ -354,31 +354,13 @@ def test_refused_credentials_are_one_line_and_never_shown(small, tmp_path, monke
     """A server that refuses the token (here a stand-in answering every request as Chroma does a
     refused one: 401 AuthorizationError): one line naming the URL and $KBTOOL_CHROMA_TOKEN, the token
     never printed, no store made."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from .conftest import stand_in_http
 
-    seen = []
-
-    class Refuse(BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append(self.headers.get("Authorization"))
-            body = json.dumps({"error": "AuthorizationError", "message": "Unauthorized"}).encode()
-            self.send_response(401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    seen: list = []
+    httpd, url = stand_in_http(401, json.dumps({"error": "AuthorizationError", "message": "Unauthorized"}).encode(),
+                               "application/json", seen)
     try:
         base, _, _ = small
-        url = f"http://127.0.0.1:{httpd.server_address[1]}"
         monkeypatch.setenv("KBTOOL_CHROMA_TOKEN", "s3cret-token-42")
         r = run("ingest", base / "public", "--store", tmp_path / "kb", "--chroma-url", url, "-q")
         assert r.exit_code == 1, r.output
