@@ -224,11 +224,14 @@ def test_through_http_an_ingest_elsewhere_and_a_watched_edit_reach_the_answers(t
         new_text = "Zorblax lanterns glow violet when the quarterly audit begins."
         write(docs / "new.md", f"# New\n\n{new_text}\n")
         (docs / "b.md").unlink()
-        r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(docs), "--store", str(kb), "-q"],
-                           capture_output=True, text=True, env=_env(), timeout=300)
-        assert r.returncode == 0, r.stderr
-        ingested.set()
         with httpx.Client(base_url=url, timeout=60) as c:
+            g0 = c.get("/healthz").json()["index"]["generation"]
+            r = subprocess.run([sys.executable, "-m", "kbtool", "ingest", str(docs), "--store", str(kb), "-q"],
+                               capture_output=True, text=True, env=_env(), timeout=300)
+            assert r.returncode == 0, r.stderr
+            # the old generation answers until the new one is swapped in whole (within a second or so)
+            assert _until(lambda: (lambda i: i["generation"] > g0 and i["indexes_current"])(c.get("/healthz").json()["index"]))
+            ingested.set()
             assert _until(lambda: [h["doc_id"] for h in ask(c, new_text, "dense").json()["hits"]][:1] == ["new.md"])
             time.sleep(1.0)
             done.set()
@@ -316,7 +319,7 @@ def test_the_watch_survives_an_error_in_one_poll(small, monkeypatch, caplog):
     w = watch.Watcher(service, interval=0.05, debounce=0.1).start()
     try:
         end = time.monotonic() + 5
-        while len(calls) < 3 and time.monotonic() < end:
+        while len(calls) < 4 and time.monotonic() < end:  # the third poll passed: its step cleared the error
             time.sleep(0.05)
         assert w._thread.is_alive() and len(calls) >= 3
         assert "watch: FileNotFoundError" in caplog.text and service.watch_error is None  # said, then cleared

@@ -41,9 +41,9 @@ def _filter_keys(service, caller: Caller) -> list[str]:
     keys documents it may read carry)."""
     from ..access import access_tags, known_filter_keys
 
-    store, contract = service.store, service.contract
-    fields = contract.data.metadata
-    keys = known_filter_keys(store, contract, access_tags(contract, caller.principal, caller.allow or None))
+    with service.state() as (store, contract, _):
+        fields = contract.data.metadata
+        keys = known_filter_keys(store, contract, access_tags(contract, caller.principal, caller.allow or None))
     return sorted(k for k in keys if k not in fields or fields[k].filterable)
 
 

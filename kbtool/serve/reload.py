@@ -4,11 +4,15 @@ once and shared by every request thread — kept live.
 Before a request the state checks (at most every ``check_every`` seconds) whether another process
 changed the store (a new catalog generation or a finished index) or the contract file (or the
 lexicon it names). A new contract is loaded and swapped in; a broken one is refused — the error is
-logged and shown by ``health()`` — and the old one keeps serving. A store change re-opens the
-vector indexes: Chroma keeps a process's HNSW index in memory, blind to another process's writes,
-so without it a server would miss new chunks. The swap waits for the requests in flight (a few
-milliseconds) and holds new ones back meanwhile (``gate.Gate``): no request fails, none sees half
-a state.
+logged and shown by ``health()`` — and the old one keeps serving.
+
+The store is served one generation at a time (``store.pinned.PinnedStore``: the catalog as a
+snapshot, BM25 and every model's vectors loaded): while another process writes the next generation
+— catalog, vectors, BM25, manifest, in turn — requests are answered from the one pinned. Once no
+writer is at work and every index holds the catalog's generation, a new view is loaded beside the
+old one (requests go on meanwhile), checked to be one generation once loaded, and swapped in.
+The swap waits for the requests in flight (a few milliseconds) and holds new ones back meanwhile
+(``gate.Gate``): no request fails, none sees half a state.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ class LiveState:
         from ..contract import find_contract
         from ..store import Store
 
-        self.store = Store.open(store_path)
-        self.store.require_indexed()
+        self._live = Store.open(store_path)  # read live: has the store moved on, is a writer at work
+        self._live.require_indexed()
+        self.store = self._pin()
         self.contract_path = find_contract(contract_path)
         self.overrides = list(overrides)
         self.check_every = check_every
@@ -48,19 +53,28 @@ class LiveState:
         stamp = self._contract_stamps()
         self.contract, self.contract_version_loaded_at = self._load_contract(), time.time()
         self._watch_contract_files(self.contract, stamp)
-        self._store_stamp = self._store_state()
-        self.embedder = self._load_embedder()
+        self.embedder = self._load_embedder(self.store)
         self.swaps = 0
-        self._warm_up()
+        self._warm_up(self.store, self.embedder)
 
-    def _warm_up(self) -> None:
+    def _pin(self):
+        """The store as it is now, one generation loaded whole; its stamp (None: not one
+        generation yet — a writer was at work — so the next check pins again)."""
+        from ..store.pinned import PinnedStore
+
+        stamp = self._store_state()
+        store = PinnedStore.pin(self._live.path, self._live)
+        self._store_stamp = stamp if store.consistent and self._store_state() == stamp else None
+        return store
+
+    def _warm_up(self, store, embedder) -> None:
         """One question through the whole pipeline before the first request: the tokenizers, the
         BM25 index, the word lists and the model's first call are paid for here."""
         from ..query.pipeline import retrieve
 
         for q in ("warm up the retrieval pipeline", "预热检索"):
             try:
-                retrieve(self.store, self.contract, q, embedder=self.embedder, top_k=1)
+                retrieve(store, self.contract, q, embedder=embedder, top_k=1)
             except Exception:  # e.g. a contract that requires a principal: the first request pays
                 break
 
@@ -70,10 +84,10 @@ class LiveState:
 
         return load_contract(self.contract_path, self.overrides, search=False)
 
-    def _load_embedder(self):
+    def _load_embedder(self, store):
         from ..embed import load_embedder
 
-        embedder = load_embedder(self.store.embedding_spec())
+        embedder = load_embedder(store.embedding_spec())
         embedder.embed_queries(["warm up"])  # the model's first call is slow: pay it before the first request
         return embedder
 
@@ -125,9 +139,9 @@ class LiveState:
             return ("missing",)
 
     def _store_state(self):
-        """What says another process changed the store: the catalog generation and the manifest."""
-        return (self.store.generation(), self._stamp_of(self.store.path / "manifest.json"),
-                self._stamp_of(self.store.path / "bm25" / "state.json"))
+        """What says another process changed the store: the catalog generation, the manifest, BM25."""
+        return (self._live.catalog.generation(), self._stamp_of(self._live.path / "manifest.json"),
+                self._stamp_of(self._live.path / "bm25" / "state.json"))
 
     # ---- live state ----------------------------------------------------------------------
     def _maybe_refresh(self) -> None:
@@ -162,16 +176,29 @@ class LiveState:
             log.info("contract %s reloaded (version %s)", self.contract_path, new.contract_version)
 
     def _refresh_store(self) -> None:
-        if self._store_state() == self._store_stamp:
+        """Swap in the store's newest generation once it is whole: no writer at work, every index
+        holding the catalog's generation. Loaded beside the one serving (requests go on), checked
+        once loaded (a writer that started meanwhile: dropped, tried at the next check)."""
+        if self._store_state() == self._store_stamp or self._live.writer_active() or not self._live.is_indexed():
             return
+        new = self._pin()
+        if self._store_stamp is None:
+            new.close()
+            return
+        model = new.embedding_spec().cache_key
+        embedder = self.embedder if model == self.store.embedding_spec().cache_key else self._load_embedder(new)
+        self._warm_up(new, embedder)
         with self._gate.swap():
-            model = self.store.embedding_spec().cache_key
-            self.store.reopen()
-            if self.store.embedding_spec().cache_key != model:
-                self.embedder = self._load_embedder()
-            self._store_stamp = self._store_state()
+            old, self.store, self.embedder = self.store, new, embedder
             self.swaps += 1
-        log.info("store %s changed (generation %s): indexes re-opened", self.store.path, self.store.generation())
+        old.close()  # no request holds it: the swap waited for those in flight
+        log.info("store %s changed: generation %s swapped in", new.path, new.generation())
+
+    def freshness_of(self) -> dict:
+        """The generation served, and whether it is the newest and all indexed (``indexes_current``)."""
+        gen = self.store.generation()
+        return {"generation": gen, "indexes_current": self.store.consistent and self._live.is_indexed()
+                and self._live.catalog.generation() == gen}
 
     @contextmanager
     def state(self):

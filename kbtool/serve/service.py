@@ -77,12 +77,12 @@ class Service(LiveState):
         """How current the answers are: the catalog generation the indexes hold, whether they hold
         the newest one, when the store was last ingested, whether a writer is at work; for a
         restricted ``caller`` only whether the indexes are current (the rest is others' activity)."""
-        s = self.store
+        served = self.freshness_of()
         restricted = caller is not None and bool(caller.principal or caller.allow or self.contract.access.require_principal)
         if restricted:  # whether its answers are current; nothing of others' write activity
-            return {"generation": None, "indexes_current": s.is_indexed(), "last_ingest": None, "writer_active": None}
-        out = {"generation": s.generation(), "indexes_current": s.is_indexed(),
-               "last_ingest": s.manifest.get("last_ingest"), "writer_active": s.writer_active()}
+            return {"generation": None, "indexes_current": served["indexes_current"], "last_ingest": None,
+                    "writer_active": None}
+        out = {**served, "last_ingest": self.store.manifest.get("last_ingest"), "writer_active": self._live.writer_active()}
         if self.sources_changed:  # --watch saw files change that are not in the index yet
             out["sources_changed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sources_changed))
         if self.watch_error:
@@ -176,9 +176,10 @@ class Service(LiveState):
                 status = store.status()
             else:
                 status = restricted_status(store, contract, caller.principal, caller.allow or None)
-        return {"status": "ok" if status["indexes_current"] and not self.contract_error else "degraded",
+        fresh = self.freshness(caller)
+        return {"status": "ok" if fresh["indexes_current"] and not self.contract_error else "degraded",
                 "store": str(store.path), "documents": status["documents"], "chunks": status["chunks"],
-                "index": self.freshness(caller), "contract": {
+                "index": fresh, "contract": {
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
                 "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),

@@ -41,10 +41,13 @@ def default_store_path() -> Path:
 class Store(ModelsView, DocumentsView, ChunksView):
     """Open with ``Store.open(path)``; ``create=True`` makes a new store if none is there."""
 
+    _open_catalog, _chroma_client = Catalog, None  # a PinnedStore's (``pinned.py``): a snapshot, its own client
+
     def __init__(self, path: Path, manifest: mf.Manifest):
         self.path, self.manifest, self._stamp = path, manifest, None
-        self.catalog = Catalog(path / "catalog.sqlite3")
-        self.vectors: VectorIndex = open_vectors(path, manifest, self.catalog, lambda: self.embedding_spec().cache_key)
+        self.catalog = self._open_catalog(path / "catalog.sqlite3")
+        self.vectors: VectorIndex = open_vectors(path, manifest, self.catalog, lambda: self.embedding_spec().cache_key,
+                                                 client=self._chroma_client)
         self._extra_vectors: dict[str, VectorIndex] = {}
         self._bm25: BM25Index | None = None
         self._bm25_lock = threading.Lock()
@@ -170,6 +173,7 @@ class Store(ModelsView, DocumentsView, ChunksView):
             self.manifest["analyzer"] = {**self.manifest["analyzer"], "stemmer": name}
             self.save_manifest()
             return True
+
     def move_root(self, old: str, new: str) -> int:
         """Documents ingested from folder ``old`` now come from ``new`` (the same files moved): ids,
         chunks and vectors are kept, the source record follows. Returns how many documents moved."""
@@ -189,8 +193,7 @@ class Store(ModelsView, DocumentsView, ChunksView):
             self.save_manifest()
 
     def record_ingest(self, markup: dict | None, absorbed: list[str]) -> None:
-        """An ingest ran: the Markdown rules it applied, the source records of folders ``absorbed`` by
-        one ingested now dropped, its time."""
+        """An ingest ran: its Markdown rules, the records of folders ``absorbed`` by one ingested dropped, its time."""
         if markup is not None:
             self.manifest["markup"] = markup
         for root in absorbed:
@@ -233,15 +236,3 @@ class Store(ModelsView, DocumentsView, ChunksView):
         before = mf.bm25_built_with(self.manifest)
         self.manifest["bm25"] = effective_params(self.manifest["bm25"])
         return before
-
-    def reopen(self) -> None:
-        """Take in what other processes wrote: manifest, BM25 and every vector index read afresh.
-        For a long-lived Store (a server), between requests (see ``kbtool.serve.service``)."""
-        self.manifest, self._stamp = mf.read(self.path), mf.stamp(self.path)
-        with self._bm25_lock:
-            self._bm25 = None
-        self.vectors.reopen()
-        self._filtered.clear()
-        for v in self._extra_vectors.values():
-            v.reopen()
-        self._extra_vectors.clear()

@@ -392,6 +392,9 @@ class Catalog:
             groups.setdefault((doc, meta), []).append(cid)
         return [(doc, json.loads(meta), ids) for (doc, meta), ids in groups.items()]
 
+    def first_chunk_ids(self, n: int) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id LIMIT ?", (n,))]
+
     def chunk_total(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
 
@@ -489,3 +492,69 @@ class Catalog:
             "documents_not_chunked": db.execute(
                 "SELECT COUNT(*) FROM documents WHERE chunked_with IS NULL").fetchone()[0],
         }
+
+
+class _Rows:
+    """A statement's rows, read whole: what a snapshot's readers get back from ``execute``."""
+
+    def __init__(self, rows: list):
+        self._rows = rows
+
+    def fetchone(self):
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list:
+        return self._rows
+
+    def __iter__(self):
+        return iter(self._rows)
+
+
+class _Shared:
+    """One connection in one read transaction, shared by threads: each statement runs under a lock
+    and is read whole before the next starts."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn, self._lock = conn, threading.Lock()
+
+    def execute(self, sql: str, params=()) -> _Rows:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("this view of the catalog was closed (a server swapped in a newer generation): ask again")
+            return _Rows(self._conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()  # ends the read transaction: the writer's WAL can be checkpointed past it
+                self._conn = None
+
+
+class SnapshotCatalog(Catalog):
+    """The catalog as it was at one moment, for every thread: one read transaction (WAL keeps its
+    snapshot while writers commit) on one connection. A long-lived reader (a server) answers each
+    request from the generation its indexes hold while another process writes the next one; it is
+    never migrated (the live ``Catalog`` opened first did that) and never written."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        conn = connect(path)
+        conn.execute("BEGIN")
+        # the snapshot is taken by the first read of the transaction, not by BEGIN
+        self.pinned_generation = int(conn.execute("SELECT value FROM state WHERE key='generation'").fetchone()[0])
+        self._shared = _Shared(conn)
+
+    @property
+    def db(self):  # type: ignore[override]
+        return self._shared
+
+    def close(self) -> None:
+        self._shared.close()
+
+    def generation(self) -> int:
+        return self.pinned_generation
+
+    @contextmanager
+    def transaction(self):
+        raise StoreError(f"{self.path}: a snapshot of the catalog is read-only")
+        yield  # pragma: no cover

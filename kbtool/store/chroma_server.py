@@ -299,12 +299,6 @@ class ChromaServerVectors(ChromaVectors):
     def _failed(self) -> None:
         pass  # HttpClients share no per-path cache (each gets its own system)
 
-    def reopen(self) -> None:
-        """The server always answers with what every process wrote: only the collection handle is
-        forgotten (another process may have dropped and made it again)."""
-        with self._lock:
-            self._collection = None
-
     def _on(self, op):
         try:
             return super()._on(op)

@@ -37,11 +37,12 @@ def describe_vectors(store_path: Path, manifest: dict, retrievers: Sequence[str]
 
 
 def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None,
-                 retriever: str = "dense") -> VectorIndex:
+                 retriever: str = "dense", client=None) -> VectorIndex:
     """The vector index of dense retriever ``retriever`` of the store in ``store_path``, as the
     manifest's engine says: a collection on a Chroma server (``chroma_server.py``), or of Chroma
     embedded in ``chroma/`` — or, where this process cannot write the store (Chroma opens its
-    database for writing), ``CatalogVectors`` over the catalog's cached vectors of that model."""
+    database for writing), ``CatalogVectors`` over the catalog's cached vectors of that model.
+    ``client``: what makes the Chroma embedded client (None: chromadb's, shared per path in the process)."""
     from .files import readonly_error, writable
 
     if engine_of(manifest) == "chroma-server":
@@ -49,7 +50,7 @@ def open_vectors(store_path: Path, manifest: dict, catalog=None, cache_key=None,
     chroma = store_path / "chroma"
     if catalog is not None and not writable(chroma if chroma.is_dir() else store_path):
         return CatalogVectors(chroma, catalog, cache_key, lambda: readonly_error(store_path, "writing vectors"))
-    return ChromaVectors(chroma, manifest["hnsw"], collection_name(retriever))
+    return ChromaVectors(chroma, manifest["hnsw"], collection_name(retriever), client)
 
 
 def vectors_record(vectors: str | dict | None) -> dict | None:

@@ -53,6 +53,9 @@ class FilteredSearch:
         total = store.chunk_total()
         if total <= NATIVE_MAX or not hasattr(engine, "search"):
             self.stats["native"] += 1
+            if getattr(store, "pinned", False):  # a server's view of one generation (``pinned.py``): Chroma's
+                # ``where`` reads its live metadata, which a writer may have moved on; every chunk, the same scores
+                return [[x for x in lst if x[0] in allowed][:depth + extra] for lst in engine.search(vectors, total, None)]
             return engine.search(vectors, depth + extra, allowed_docs)
         if len(allowed) <= EXACT_MAX:
             self.stats["exact"] += 1

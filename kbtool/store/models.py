@@ -57,7 +57,8 @@ class ModelsView:
         self.model_record(name)  # StoreError for a model the store does not have
         if name not in self._extra_vectors:
             self._extra_vectors[name] = open_vectors(self.path, self.manifest, self.catalog,
-                                                     lambda: self.embedding_spec(name).cache_key, retriever=name)
+                                                     lambda: self.embedding_spec(name).cache_key, retriever=name,
+                                                     client=self._chroma_client)
         return self._extra_vectors[name]
 
     def _on_server(self) -> bool:

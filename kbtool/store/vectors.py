@@ -41,7 +41,6 @@ class VectorIndex(Protocol):
     def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]: ...
     def drop(self) -> None: ...
     def verify(self, wanted: dict[str, str], dim: int | None) -> dict: ...
-    def reopen(self) -> None: ...  # read afresh what other processes wrote
 
 
 def import_chromadb():
@@ -71,10 +70,11 @@ class ChromaVectors:
     """Chroma embedded (``PersistentClient``) in ``path``; cosine space, HNSW settings from the manifest.
     Safe across threads: the client is made once, under a lock."""
 
-    def __init__(self, path: Path, hnsw: dict, collection: str = COLLECTION):
+    def __init__(self, path: Path, hnsw: dict, collection: str = COLLECTION, client: Callable | None = None):
         self.path = path
         self.hnsw = dict(hnsw)
         self.name = collection
+        self._make_client = client  # None: chromadb's client of the path, shared in the process
         self._collection = None
         self._client = None
         self._lock = threading.Lock()
@@ -98,6 +98,8 @@ class ChromaVectors:
     def _connect(self):
         """The chromadb client: the one thing an engine of this class makes its own way (a server's
         subclass, ``chroma_server.ChromaServerVectors``, makes an ``HttpClient``)."""
+        if self._make_client is not None:
+            return self._make_client()
         from .._env import setup_offline_env
 
         setup_offline_env()
@@ -121,17 +123,6 @@ class ChromaVectors:
             return
 
         SharedSystemClient.clear_system_cache()
-
-    def reopen(self) -> None:
-        """Read the collection afresh from disk: chromadb keeps a process's HNSW index in memory,
-        blind to what another process wrote since. Call when no query of this process is running
-        on it (a server swaps between requests); the next operation opens a new client."""
-        with self._lock:
-            from chromadb.api.client import SharedSystemClient
-
-            self._collection = None
-            self._client = None
-            SharedSystemClient.clear_system_cache()
 
     def _on(self, op: Callable):
         """``op(collection)``. A collection another process dropped and made again (``index
@@ -284,9 +275,6 @@ class CatalogVectors:
     def verify(self, wanted: dict[str, str], dim: int | None) -> dict:
         return ChromaVectors.verify(self, wanted, dim)  # type: ignore[arg-type]
 
-    def reopen(self) -> None:
-        pass  # the matrix is re-read whenever the catalog generation changes
-
     def upsert(self, ids, vectors, metadatas) -> None:
         raise self._on_write()
 
@@ -296,6 +284,29 @@ class CatalogVectors:
 
     def drop(self) -> None:
         raise self._on_write()
+
+
+_CLIENTS = threading.Lock()
+
+
+def private_client(path: Path):
+    """A Chroma embedded client of ``path`` of its own: its HNSW indexes loaded when first searched and
+    kept, blind to later writes — never shared with (nor replaced by) another client of the path in
+    this process, as chromadb's clients otherwise are. A server's view of one generation
+    (``pinned.PinnedStore``) searches with it while a newer one is loaded beside it."""
+    from .._env import setup_offline_env
+
+    setup_offline_env()
+    chromadb = import_chromadb()
+    from chromadb.api.client import SharedSystemClient
+    from chromadb.config import Settings
+
+    with _CLIENTS:  # chromadb shares a client per path through this cache: made with it empty, left empty
+        SharedSystemClient.clear_system_cache()
+        try:
+            return chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
+        finally:
+            SharedSystemClient.clear_system_cache()
 
 
 def collection_name(retriever: str) -> str:
