@@ -22,7 +22,7 @@ _rng = random.Random(36)
 _KEY = base64.b64encode(bytes(_rng.getrandbits(8) for _ in range(900))).decode()
 KEY_LINES = [_KEY[i:i + 64] for i in range(0, len(_KEY), 64)]
 PEM = "-----BEGIN RSA " + "PRIVATE KEY-----\n" + "\n".join(KEY_LINES) + "\n-----END RSA " + "PRIVATE KEY-----"
-# Fake secrets, built so that this file holds none verbatim; in Markdown (a table, a link, a code
+# 25 fake secrets (and the PEM key above), built so that this file holds none verbatim; in Markdown (a table, a link, a code
 # fence, a key cut across chunks), text, HTML, DOCX and PDF.
 FORMS = {
     "aws_secret": "Zx9Qw8ErTy7Ui6Op5As4" + "Df3Gh2Jk1LzXcVbNm0Qw",
@@ -40,6 +40,17 @@ FORMS = {
     "bare_aws": "wJalrXUtnFEMI/K7MDENG" + "/bPxRfiCYEXAMPLEKEY",
     "docx_password": "Qz8!mkVr" + "27pLw",
     "pdf_token": "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
+    # detect-secrets' service formats, in a Markdown table, a code fence, a link, text and HTML
+    "gitlab": "glpat-" + "Xy7Kp2Lm9Qr4St6Uv8Wz",
+    "npm": "npm_" + "Ab3Cd5Ef7Gh9Ij1Kl3Mn5Op7Qr9St1Uv3Wx5",
+    "twilio": "SK" + "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+    "sendgrid": "SG." + "Qw3Er5Ty7Ui9Op1As3Df5G" + ".Hj7Kl9Zx1Cv3Bn5Mq7Wr9Ty1Ui3Op5As7Df9Gh1Jk3Lz",
+    "mailchimp": "8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d" + "-us14",
+    "azure": "AccountKey=" + base64.b64encode(bytes(_rng.getrandbits(8) for _ in range(66))).decode(),
+    "square": "sq0csp-" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2Yz3Ab4Cd5",
+    "pypi": "pypi-AgEIcHlwaS5vcmc" + base64.urlsafe_b64encode(bytes(_rng.getrandbits(8) for _ in range(60))).decode().rstrip("="),
+    "ec_key": base64.b64encode(bytes(_rng.getrandbits(8) for _ in range(48))).decode(),
+    "link_token": "Q9w8E7r6" + "T5y4U3i2",
 }
 
 
@@ -71,11 +82,26 @@ DOCS = {
                  + FORMS["basic_auth"] + "</code> with every payments request.</p><table><tr><td>live key</td><td>"
                  + FORMS["stripe"] + "</td></tr><tr><td>card token</td><td>" + FORMS["stripe_token"]
                  + "</td></tr></table><p>The archive bucket key, pasted alone:</p><pre>" + FORMS["bare_aws"]
-                 + "</pre></body></html>\n"),
+                 + "</pre><p>Newsletter key " + FORMS["mailchimp"] + " and the shop's OAuth secret " + FORMS["square"]
+                 + " are rotated yearly.</p></body></html>\n"),
+    "services.md": ("# Services\n\n| service | credential |\n| --- | --- |\n| sms | " + FORMS["twilio"] + " |\n"
+                    "| mail | `" + FORMS["sendgrid"] + "` |\n\nThe CI runner clones with " + FORMS["gitlab"]
+                    + " as its deploy token.\n\n```ini\n//registry.npmjs.org/:_authToken=" + FORMS["npm"] + "\n```\n\n"
+                    "Download [the nightly export](https://files.example.com/export?access_token=" + FORMS["link_token"]
+                    + ") each morning.\n\n```\n-----BEGIN EC " + "PRIVATE KEY-----\n" + FORMS["ec_key"]
+                    + "\n-----END EC " + "PRIVATE KEY-----\n```\n"),
+    "config.txt": ("Storage connection: DefaultEndpointsProtocol=https;AccountName=archive;" + FORMS["azure"]
+                   + ";EndpointSuffix=core.windows.net\nThe package upload uses " + FORMS["pypi"] + " from the release job.\n"),
     "notes.txt": ("Operations notes.\n\nThe cloud access key id is " + FORMS["aws_id"] + " for the uploader.\n"
                   "The session token of the deploy bot: " + FORMS["jwt"] + "\n"
                   "The vault passphrase: \"" + FORMS["passphrase"] + "\" opens the release vault.\n"),
 }
+
+
+def test_the_probe_plants_at_least_twenty_credential_forms():
+    assert len(FORMS) >= 20 and len(set(FORMS.values())) == len(FORMS)
+    placed = "".join(DOCS.values())
+    assert all(v in placed for k, v in FORMS.items() if k not in ("docx_password", "pdf_token"))
 
 
 def fragments(secret: str) -> list[str]:
@@ -125,7 +151,9 @@ QUESTIONS = ["how does the deploy bot sign releases", "rotate the deploy key", "
              "where does the billing database live", "chat bot token", "smtp password", "cloud access key id",
              "deploy bot session token", "vault passphrase", "private key lines", "payments API header",
              "live key card token", "archive bucket key", "reporting database account password",
-             "release robot token"]
+             "release robot token", "sms service credential", "mail credential", "CI runner deploy token",
+             "npm registry auth", "nightly export download", "EC key", "storage connection account",
+             "package upload release job", "newsletter key OAuth secret"]
 
 
 def _probes() -> list[str]:
