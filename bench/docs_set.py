@@ -22,6 +22,9 @@ Notes on this set: FastAPI's docs pull their code examples from ``docs_src/`` wi
 markdown-include syntax ``{!../../../docs_src/...!}``. The docs folder alone is what a reader
 of the Markdown sees; those include lines stay in the text as written.
 
+The set used by ``eval_sets/fastapi-zh.jsonl`` (``--set fastapi-zh``) is the same archive's
+Simplified-Chinese translation (``docs/zh/docs/*.md``: 84 pages, the same licence).
+
 The set used by ``eval_sets/typer-docs.jsonl`` (``--set typer``) is Typer 0.9.0's documentation
 (``docs/*.md`` inside the sdist: 61 Markdown pages, MIT licence; the sdists of later Typer
 releases carry no docs). Its code examples are pulled in from ``docs_src/`` the same way
@@ -51,6 +54,16 @@ SETS = {
         "suffixes": (".md",),
         "licence": "MIT (LICENSE in the sdist: Copyright (c) 2018 Sebastián Ramírez)",
         "files": 136,
+    },
+    "fastapi-zh": {  # the same archive's Simplified-Chinese translation (eval_sets/fastapi-zh.jsonl)
+        "package": "fastapi",
+        "version": "0.110.0",
+        "archive": "fastapi-0.110.0.tar.gz",
+        "sha256": "266775f0dcc95af9d3ef39bad55cff525329a931d5fd51930aadd4f428bf7ff3",
+        "docs_dir": "fastapi-0.110.0/docs/zh/docs",
+        "suffixes": (".md",),
+        "licence": "MIT (LICENSE in the sdist: Copyright (c) 2018 Sebastián Ramírez)",
+        "files": 84,
     },
     "typer": {
         "package": "typer",

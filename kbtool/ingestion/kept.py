@@ -5,7 +5,9 @@ or unstructured, so it catches their losses: front matter, comments, link and im
 markup, fence info strings, include directives, MDX import/export lines, admonition markers,
 heading anchors and diagram sources (mermaid, PlantUML, Graphviz: drawn as pictures) are not
 text; the text between tags, inline code and code blocks are. Words are
-``\\w+`` of the lower-cased text (Markdown prose: without the ``_`` of ``_emphasis_``).
+``\\w+`` of the lower-cased text (Markdown prose: without the ``_`` of ``_emphasis_``), and each
+CJK character one word: Chinese runs no spaces between words, so a run's ends are wherever markup
+falls (``*路径操作装饰器*支持`` is one run rendered, two in the source) and runs would not compare.
 ``kept_share`` is the multiset share of those words found in the kept text: words the kept side
 adds (section paths, included files, admonition types) change nothing.
 """
@@ -17,7 +19,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-WORD = re.compile(r"\w+")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"  # as store.analyzer.CJK
+WORD = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+")
 MISSING_SHOWN = 5  # missing words kept with a document's measure, most missing first
 
 _FRONT = re.compile(r"\A\ufeff?(?:---[ \t]*\n[\s\S]*?\n(?:---|\.\.\.)|\+\+\+[ \t]*\n[\s\S]*?\n\+\+\+)[ \t]*(?:\n|\Z)")
