@@ -119,5 +119,11 @@ class PinnedStore(Store):
         yield  # pragma: no cover
 
     def close(self) -> None:
-        """End the snapshot (a writer's WAL can be checkpointed past it); the indexes held go with the object."""
+        """End the snapshot (a writer's WAL can be checkpointed past it) and stop the view's Chroma client."""
+        from .vectors import close_private_client
+
         super().close()
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            close_private_client(client)

@@ -304,9 +304,24 @@ def private_client(path: Path):
     with _CLIENTS:  # chromadb shares a client per path through this cache: made with it empty, left empty
         SharedSystemClient.clear_system_cache()
         try:
-            return chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
+            client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
+            # its system, for close_private_client (the client finds it through the cache, emptied now)
+            client.kbtool_system = next(iter(SharedSystemClient._identifier_to_system.values()), None)
+            return client
         finally:
             SharedSystemClient.clear_system_cache()
+
+
+def close_private_client(client) -> None:
+    """Stop what a ``private_client`` started (its database connections, its loaded indexes): chromadb's
+    ``close()`` stops a system through the shared cache, which never held this one. A server swapping
+    views held ~3.5 MB more per swap without it."""
+    system = getattr(client, "kbtool_system", None)
+    if system is not None:
+        try:
+            system.stop()
+        except Exception:  # noqa: BLE001 - stopping is best effort: the view is gone either way
+            pass
 
 
 def collection_name(retriever: str) -> str:
