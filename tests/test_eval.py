@@ -48,6 +48,25 @@ def test_typer_docs_set_is_well_formed_and_meets_its_counts():
         assert q.relevant and all(r.evidence and not r.doc.startswith("/") and "\\" not in r.doc for r in q.relevant)
 
 
+def test_fastapi_zh_set_is_well_formed_and_meets_its_counts():
+    """eval_sets/fastapi-zh.jsonl, Chinese questions over FastAPI 0.110.0's Chinese docs
+    (bench/docs_set.py --set fastapi-zh): issue 32's >= 60 questions, >= 15 unanswerable."""
+    import re
+
+    qs = load_questions(ROOT / "eval_sets" / "fastapi-zh.jsonl")
+    assert not qs.issues and len(qs.questions) >= 60
+    assert all(q.id.startswith("z") and re.search(r"[\u4e00-\u9fff]", q.question) for q in qs.questions)
+    unanswerable = [q for q in qs.questions if not q.answerable]
+    assert len(unanswerable) >= 15 and all("unanswerable" in q.tags for q in unanswerable)
+    answerable = [q for q in qs.questions if q.answerable]
+    for tag, n in (("paraphrase", 15), ("exact-id", 15), ("how-to", 10), ("mixed", 10)):
+        assert sum(tag in q.tags for q in answerable) >= n, tag
+    # a paraphrase names no API: no Latin letters at all
+    assert not [q.id for q in answerable if "paraphrase" in q.tags and re.search(r"[A-Za-z]", q.question)]
+    for q in answerable:
+        assert q.relevant and all(r.evidence and not r.doc.startswith("/") and "\\" not in r.doc for r in q.relevant)
+
+
 @pytest.mark.parametrize("lines,message,line", [
     (['{"id": "a", "question": "ok", "relevant": []}', '{"id": "b", "question": '], "not valid JSON", 2),
     (['{"id": "a", "question": "ok"}', '{"id": "a", "question": "again"}'], "duplicate id", 2),

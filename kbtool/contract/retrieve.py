@@ -23,6 +23,9 @@ class Preprocess(_Strict):
         default_factory=dict, description="term -> synonyms appended to the question, e.g. {上下文理解: [语境推测]}")
     thesaurus_applies_to: list[Literal["dense", "bm25"]] = Field(
         default_factory=lambda: ["bm25"], description="which retrievers see the thesaurus expansion")
+    cjk_question_words: Literal["drop", "keep"] = Field(
+        "drop", description="Chinese function and question words (的, 了, 是, 怎么, 如何, 什么, 可以 …) in a question: "
+                            "left out of its BM25 terms (drop) or kept; every Chinese page holds them")
 
     @field_validator("thesaurus")
     @classmethod

@@ -125,7 +125,7 @@ class Gatherer:
             for i, p in enumerate(batch):
                 t1 = time.perf_counter()
                 use_bm25 = index is not None and "bm25" in needs[i]
-                terms = self.store.analyzer(p.bm25_text) if index is not None else []
+                terms = p.bm25_terms(self.store.analyzer) if index is not None else []
                 bm25_scores = index.scores(terms, mask, scoped) if use_bm25 else None
                 found = {name: lists[name][i] for name in dense_names if name in needs[i]}
                 if use_bm25:

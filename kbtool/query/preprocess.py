@@ -17,6 +17,17 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # Zero-width and direction marks join or decorate words: drop them without splitting the word.
 _INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 
+# Chinese function, question and pronoun words, and modal verbs: every Chinese page holds them, so
+# in a BM25 query they only blur which page answers (contract ``preprocess.cjk_question_words``).
+# Query side only (the index keeps them: a store's analysis never changes under it). Measured
+# alone, store with use-m, built-in contract (bench/RESULTS.md "Chinese question words"):
+# fastapi-zh nDCG@10 0.687 -> 0.694 (chunk), 0.833 -> 0.848 (document); the sample's Chinese
+# questions 0.704 -> 0.737. bm25s's 841-word Chinese list, tried first, holds content words
+# (使用, 需要, 不同) and lowered BM25 (0.657 -> 0.644).
+CJK_QUESTION_WORDS = frozenset(
+    "的 了 是 吗 呢 吧 啊 么 呀 怎么 怎样 怎么样 如何 什么 哪些 哪个 哪里 为什么 为何 能否 能不能 可以 是否 "
+    "请问 我 我们 你 你们 它 这 那 这个 那个 一个 有没有 在 和 与 或 及 把 被 让 给 对 中 要 会 能".split())
+
 # Each pattern names a kind of identifier; the trace shows which matched.
 IDENTIFIER_PATTERNS: list[tuple[str, re.Pattern]] = [
     ("quoted", re.compile(r"\"([^\"]{2,})\"|`([^`]{2,})`|“([^”]{2,})”")),
@@ -51,6 +62,13 @@ class Processed:
     truncated: bool = False
     tokens: int | None = None
     expansions: dict[str, list[str]] = field(default_factory=dict)
+    drop_question_words: bool = False  # BM25 leaves CJK_QUESTION_WORDS out of the question's terms
+
+    def bm25_terms(self, analyzer) -> list[str]:
+        """The question's BM25 terms: ``bm25_text`` analysed as the index was, question words left out
+        when the contract says so (after segmentation: cutting them out of the text would move jieba's cuts)."""
+        terms = analyzer(self.bm25_text)
+        return [t for t in terms if t not in CJK_QUESTION_WORDS] if self.drop_question_words else terms
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -148,4 +166,5 @@ def preprocess(question: str, contract, token_spans=None) -> Processed:
     expanded, used = expand(text, cfg.thesaurus)
     dense = expanded if "dense" in cfg.thesaurus_applies_to else text
     bm25 = expanded if "bm25" in cfg.thesaurus_applies_to else text
-    return Processed(question, text, dense, bm25, types, identifiers, truncated, n_tokens, used)
+    return Processed(question, text, dense, bm25, types, identifiers, truncated, n_tokens, used,
+                     cfg.cjk_question_words == "drop" and "cjk" in types)
