@@ -67,7 +67,7 @@ def test_the_group_of_a_mixed_question_is_the_rule_the_pipeline_applies(tiny, fa
         contract = load_contract(None, overrides, search=False)
         items = gathered(store, qs, contract, k=10, embedder=fake_embedder)
         mixed = [it for it in items if it.q.id.startswith("mix")]
-        assert all(it.types == {"identifier", "cjk"} for it in mixed)
+        assert all(it.types == {"identifier", "cjk", "cjk_identifier"} for it in mixed)
         search = Search(contract, [it for it in items if it.q.answerable], "ndcg@10", min_count=3)
         assert {it.group for it in mixed} == {expected}
         assert rule_applied(contract, [["identifier", "cjk"]]) == [expected]
@@ -90,7 +90,7 @@ def test_calibrate_scores_a_setting_as_eval_measures_it(tiny, fake_embedder, ove
     rng = np.random.default_rng(1)
     assert search.grid == weight_grid(("dense", "bm25")) and len(search.grid) == len(WEIGHTS)
     for ci in range(len(CONFIGS)):
-        wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other")}
+        wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "cjk_identifier", "other")}
         _assert_eval_measures(store, qs, contract, search, ans, ci, wmap, fake_embedder)
 
 
@@ -398,9 +398,9 @@ def test_the_calibrated_contract_is_what_the_written_file_loads_as():
         assert direct.to_dict() == written.to_dict()
         assert list(direct.decide.tiers) == list(written.decide.tiers)
     assert [(r.when, r.weights.as_dict()) for r in direct.retrieve.rules if not r.signals] == [
-        ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}),
+        ("cjk_identifier", {"dense": 0.0, "bm25": 0.5, "dense:use-m": 0.5}), ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}),
         ("cjk", {"dense": 0.1, "bm25": 0.9})]
-    assert direct.retrieve.rules[3:] == contract.retrieve.rules[3:]  # the coverage rules, as the proposal had them
+    assert direct.retrieve.rules[4:] == contract.retrieve.rules[4:]  # the coverage rules, as the proposal had them
     assert direct.retrieve.fusion.method == "rrf" and direct.retrieve.fusion.rrf_k == 30
     assert direct.retrieve.fusion.weights.as_dict() == {"dense": 0.6, "bm25": 0.4} and direct.contract_version == 2
 
@@ -437,7 +437,7 @@ def test_calibrate_proposes_a_coverage_rule_where_it_pays_and_writes_it_after_th
     direct = calibrated_contract(contract, cal)
     written = validate_contract(yaml.safe_load(calibrated_text(None, contract, cal)))
     assert direct.to_dict() == written.to_dict()
-    assert [r.type for r in direct.retrieve.rules] == ["identifier", "cjk", "cjk", None]
+    assert [r.type for r in direct.retrieve.rules] == ["cjk_identifier", "identifier", "cjk", "cjk", None]
     last = direct.retrieve.rules[-1]
     assert last.when.bm25_coverage_below == 0.2 and last.weights.as_dict() == {"dense": 1.0, "bm25": 0.0}
     assert direct.retriever_weights({"other"}, ("dense", "bm25"), 0.1) == {"dense": 1.0}

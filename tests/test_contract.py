@@ -490,7 +490,7 @@ def test_plain_questions_have_no_identifiers(text):
 def test_detect_types_cjk():
     assert detect_types("什么是上下文理解", []) == ["cjk"]
     ids = detect_identifiers("TW-E5120 是什么")
-    assert detect_types("TW-E5120 是什么", ids) == ["identifier", "cjk"]
+    assert detect_types("TW-E5120 是什么", ids) == ["identifier", "cjk", "cjk_identifier"]
 
 
 SPANS_TEXT = "alpha beta gamma delta epsilon"
@@ -558,8 +558,8 @@ def test_preprocess_applies_the_contract():
 
 
 def test_set_reaches_into_lists_by_index():
-    c = load_contract(None, ["retrieve.rules.0.weights={dense: 0.5, bm25: 0.5}"], search=False)
-    assert c.retrieve.rules[0].weights.dense == 0.5 and c.retrieve.rules[0].when == "identifier"
+    c = load_contract(None, ["retrieve.rules.1.weights={dense: 0.5, bm25: 0.5}"], search=False)
+    assert c.retrieve.rules[1].weights.dense == 0.5 and c.retrieve.rules[1].when == "identifier"
     with pytest.raises(ContractError, match="not an index"):
         load_contract(None, ["retrieve.rules.7.weights={dense: 1, bm25: 0}"], search=False)
 

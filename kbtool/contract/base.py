@@ -9,7 +9,7 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 CONTRACT_FILE = "kbtool.yaml"
-QUESTION_TYPES = ("identifier", "cjk", "other")
+QUESTION_TYPES = ("identifier", "cjk", "cjk_identifier", "other")  # cjk_identifier: both at once
 RETRIEVERS = ("dense", "bm25")
 RRF_K = 60  # the RRF constant of Cormack et al. (2009): retrieve.fusion.rrf_k and the "hybrid" mode
 # Answerability signals the pipeline computes (kbtool.query.signals), which decide.model may use.

@@ -309,7 +309,7 @@ class Contract(_Strict):
         holds); a ``cjk`` rule is skipped for a multilingual model; with ``available``, the retrievers
         of the store, a rule weighing a bundled retriever it lacks is skipped. None: ``retrieve.fusion.weights``."""
         for rule in self.retrieve.rules:
-            if rule.type == "cjk" and self.retrieve.model_multilingual:
+            if rule.type in ("cjk", "cjk_identifier") and self.retrieve.model_multilingual:
                 continue
             if available is not None and any(w > 0 and r in BUNDLED_RETRIEVERS and r not in available
                                              for r, w in rule.weights.as_dict().items()):

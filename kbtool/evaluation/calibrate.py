@@ -295,11 +295,11 @@ class Search:
         self.retrievers = tuple(retrievers)
         self.grid = weight_grid(self.retrievers)
         self.items, self.k = items, parse_metric(objective)[1]
-        existing = [g for g in TYPED if rule_applied(contract, [[g]]) == [g]]
+        existing = [g for g in TYPED if rule_applied(contract, [[g]], self.retrievers) == [g]]
         extra = [g for g in TYPED if g not in existing]
         while True:  # a group without a rule gets one only with enough questions to tune it
             probe = _with_rules(contract, extra)
-            groups = rule_applied(probe, [it.types for it in items])
+            groups = rule_applied(probe, [it.types for it in items], self.retrievers)
             counts = {g: sum(1 for it, gg in zip(items, groups) if gg == g) for g in GROUPS}
             short = [g for g in extra if counts[g] < min_count]
             if not short:
@@ -586,7 +586,7 @@ def _current_fusion(contract, retrievers=TWO) -> dict:
     return {"method": f.method, "normalization": f.normalization, "rrf_k": f.rrf_k,
             "weights": normalised(weights_of(contract, {"other"}, retrievers), retrievers),
             "group_weights": {g: normalised(weights_of(contract, {g}, retrievers), retrievers) for g in TYPED
-                              if rule_applied(contract, [[g]]) == [g]},
+                              if rule_applied(contract, [[g]], retrievers) == [g]},
             "coverage_rules": [{"bm25_coverage_below": r.when.bm25_coverage_below,
                                 "weights": normalised(r.weights, retrievers)}
                                for r in contract.retrieve.rules if r.signals and r.type is None]}

@@ -16,7 +16,7 @@ import numpy as np
 MIN_UNANSWERABLE = 5
 MIN_TIER = 5
 FEW_TIER = (20, 10)  # a tier from fewer answerable / unanswerable questions than these is written with a warning
-TYPED = ("identifier", "cjk")  # groups that may get a rule (and a tier) of their own, in this order
+TYPED = ("cjk_identifier", "identifier", "cjk")  # groups that may get a rule (and a tier) of their own, in this order
 
 
 def with_tiers(contract, tiers: dict):

@@ -110,12 +110,14 @@ def detect_identifiers(text: str) -> list[dict]:
 
 
 def detect_types(text: str, identifiers: list[dict]) -> list[str]:
-    """'identifier' and/or 'cjk', else 'other'."""
+    """'identifier' and/or 'cjk' (both: 'cjk_identifier' too, a type of its own for the rules), else 'other'."""
     types = []
     if identifiers:
         types.append("identifier")
     if CJK.search(text):
         types.append("cjk")
+    if len(types) == 2:
+        types.append("cjk_identifier")
     return types or ["other"]
 
 

@@ -25,7 +25,7 @@ def needed_retrievers(contract, store=None, types: set[str] | None = None, avail
         available = store_retrievers(store) if store is not None else ("dense", "bm25")
     method = contract.retrieve.fusion.method
     if method in ("weighted", "rrf"):
-        groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "other")]
+        groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "cjk_identifier", "other")]
         used = {r for g in groups for cov in coverages(contract) for r in contract.retriever_weights(g, available, cov)}
         if store is None or store.has_bm25():
             used.add("bm25")  # the signals of every question read BM25 (no model call)
@@ -44,11 +44,12 @@ def gathered_for(store, contracts) -> tuple[str, ...]:
     return tuple(r for r in store_retrievers(store) if r in used)
 
 
-def rule_applied(contract, types_of: Sequence[Sequence[str]]) -> list[str]:
+def rule_applied(contract, types_of: Sequence[Sequence[str]], available=None) -> list[str]:
     """For each question's detected types, which type rule fuses it: the type of the rule
     ``Contract.rule_for`` picks when no signal is known (the one choice ``weights_for`` also makes),
-    or 'other'. Rules on signals (``bm25_coverage_below``) are not consulted."""
-    return [getattr(contract.rule_for(set(types)), "type", None) or "other" for types in types_of]
+    or 'other'; ``available``: the store's retrievers (a rule weighing a bundled one it lacks is
+    skipped, as the pipeline skips it). Rules on signals (``bm25_coverage_below``) are not consulted."""
+    return [getattr(contract.rule_for(set(types), available), "type", None) or "other" for types in types_of]
 
 
 def bm25_coverage(cands) -> float | None:

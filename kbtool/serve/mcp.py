@@ -31,7 +31,7 @@ from .service import Caller
 
 SNIPPET_CHARS = 400  # of each hit's text in the citations
 READ_DEFAULT_LINES = 400  # `read` without a range: the document's first lines, and says how many there are
-TYPE_TIERS = {"identifier", "cjk", "other"}  # detected question types: a tier of that name applies by itself
+TYPE_TIERS = {"identifier", "cjk", "cjk_identifier", "other"}  # detected question types: a tier of that name applies by itself
 
 
 # ---- what the caller may see --------------------------------------------------------------------
