@@ -56,3 +56,24 @@ def test_bm25_scores_a_question_as_if_its_question_words_were_not_asked(tmp_path
     faq = [h.bm25_score for h in before.hits if h.doc_id == "faq.md"]
     assert faq and faq[0] > 0 and "faq.md" not in [h.doc_id for h in asked.hits if h.bm25_score]
     assert np.isfinite(asked.confidence)
+
+
+def test_a_chinese_question_naming_an_identifier_has_a_rule_of_its_own():
+    """如何在 FastAPI 中启用 CORS: the identifier wants BM25's exact match, the Chinese words the
+    multilingual model; the English identifier rule (BM25 + MiniLM) applies only without use-m."""
+    from kbtool.query.routing import rule_applied
+
+    c = load_contract(None, search=False)
+    p = preprocess("如何在 FastAPI 中启用 CORS？", c)
+    assert set(p.types) == {"identifier", "cjk", "cjk_identifier"}
+    with_m = ("dense", "bm25", "dense:use-m")
+    assert c.retriever_weights(set(p.types), with_m) == {"bm25": 0.5, "dense:use-m": 0.5}
+    assert rule_applied(c, [p.types], with_m) == ["cjk_identifier"]
+    assert c.retriever_weights(set(p.types), ("dense", "bm25")) == {"dense": 0.3, "bm25": 0.7}
+    assert rule_applied(c, [p.types], ("dense", "bm25")) == ["identifier"]
+    # neither an English identifier question nor a Chinese one without an identifier is touched
+    assert "cjk_identifier" not in preprocess("how do I enable CORS in FastAPI", c).types
+    assert preprocess("怎么允许跨域请求", c).types == ["cjk"]
+    # a store whose own model reads Chinese (model_multilingual) skips it, as it skips the cjk rules
+    multi = load_contract(None, ["retrieve.model_multilingual=true"], search=False)
+    assert rule_applied(multi, [p.types], with_m) == ["identifier"]
