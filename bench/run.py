@@ -30,6 +30,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import machine  # noqa: E402
 from postprocess import postprocess_bench, postprocess_markdown  # noqa: E402
+from chinese import chinese_bench, chinese_markdown  # noqa: E402
 from scale import markdown as scale_markdown, scale_bench  # noqa: E402
 
 
@@ -561,7 +562,7 @@ def serve_markdown(r: dict) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve", "scale", "postprocess"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve", "scale", "postprocess", "chinese"], help="run one part alone, merged into the results")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -572,7 +573,7 @@ def main() -> None:
         part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
                      "models": (models_bench, "models"), "serve": (serve_bench, "serve"),
                      "scale": (scale_and_serve, "scale"),
-                     "postprocess": (postprocess_bench, "postprocess")}[args.only]
+                     "postprocess": (postprocess_bench, "postprocess"), "chinese": (chinese_bench, "chinese")}[args.only]
         results = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
         part(results)
         (HERE / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -781,6 +782,7 @@ def write_markdown(r: dict) -> None:
         *rerank_markdown(r.get("rerank", {})),
         *postprocess_markdown(r.get("postprocess", {})),
         *models_markdown(r.get("models", {})),
+        *chinese_markdown(r.get("chinese", {})),
         *serve_markdown(r.get("serve", {})),
         *(scale_markdown(r["scale"]) if r.get("scale") else []),
     ]

@@ -1,0 +1,115 @@
+"""Chinese documentation (issue 32): each change measured alone, before -> after, on two Chinese
+question sets — FastAPI 0.110.0's Chinese docs (``eval_sets/fastapi-zh.jsonl``, 84 pages fetched by
+``bench/docs_set.py --set fastapi-zh``) and the sample set's Chinese questions (tag ``zh``) — and
+English left as it was (the sample's English questions).
+
+    python bench/run.py --only chinese        # merged into bench/results.json and bench/RESULTS.md
+    python bench/chinese.py                   # the same, printed
+
+Each store is built the way the README tells a Chinese user to (``kbtool ingest DOCS --add-model
+use-m``) with the built-in contract; a change is switched off by its contract override (``before``)
+and on by the built-in default (``after``). Chunk level uses each question's evidence, document
+level its pages.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "out"
+
+# change -> the override that switches it off (the built-in contract has it on)
+CHANGES = {"question words (preprocess.cjk_question_words)": ["preprocess.cjk_question_words=keep"],
+           # before: the cjk_identifier rule fuses as the identifier rule after it did (bm25 0.7, MiniLM 0.3)
+           "Chinese questions naming an identifier (rule cjk_identifier)": ["retrieve.rules.0.weights={dense: 0.3, bm25: 0.7}"]}
+MODES = "bm25,dense:use-m,contract"
+
+
+def _kbtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kbtool", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def _store(name: str, docs: Path) -> Path:
+    """A store of ``docs`` with use-m added, built once (kept in bench/out/)."""
+    store = OUT / f"{name}-zh-kb"
+    if not (store / "manifest.json").exists():
+        r = _kbtool("ingest", str(docs), "--store", str(store), "--add-model", "use-m", "-q")
+        if r.returncode not in (0, 1):
+            raise SystemExit(f"bench: ingest {docs}: {r.stderr.strip()}")
+    return store
+
+
+def _eval(store: Path, questions: Path, level: str, overrides: list[str]) -> dict:
+    args = ["eval", str(questions), "--store", str(store), "--modes", MODES, "--level", level, "--json"]
+    for o in overrides:
+        args += ["--set", o]
+    r = _kbtool(*args)
+    if r.returncode not in (0, 3):
+        raise SystemExit(f"bench: eval {questions}: {r.stderr.strip()[-500:]}")
+    return json.loads(r.stdout)
+
+
+def _numbers(summary: dict, tags: list[str]) -> dict:
+    ndcg = {m: round(v["ndcg@10"], 3) for m, v in summary["metrics"].items()}
+    by_tag = {t: {m: round(v["ndcg@10"], 3) for m, v in summary["by_tag"][t]["metrics"].items()}
+              for t in tags if t in summary["by_tag"] and summary["by_tag"][t].get("metrics")}
+    refusal = {m: [v["correctly_refused"], v["unanswerable"], v["wrongly_refused"], v["answerable"]]
+               for m, v in summary["refusal"].items()}
+    return {"ndcg@10": ndcg, "by_tag": by_tag, "refusal": refusal}
+
+
+def chinese_bench(results: dict) -> dict:
+    sys.path.insert(0, str(HERE))
+    from docs_set import fetch
+
+    t0 = time.time()
+    docs = fetch("fastapi-zh", OUT / "fastapi-zh-docs", OUT / ".sdist")
+    sets = {"fastapi-zh": (_store("fastapi", docs), ROOT / "eval_sets" / "fastapi-zh.jsonl", ["chunk", "doc"],
+                           ["paraphrase", "exact-id", "how-to", "mixed"]),
+            "sample": (_store("sample", ROOT / "sample_corpus"), ROOT / "eval_sets" / "sample.jsonl", ["chunk"],
+                       ["zh", "zh-paraphrase", "zh-literal"])}
+    out: dict = {"changes": {}}
+    for change, off in CHANGES.items():
+        rows = {}
+        for name, (store, questions, levels, tags) in sets.items():
+            for level in levels:
+                rows[f"{name} {level}"] = {"before": _numbers(_eval(store, questions, level, off), tags),
+                                           "after": _numbers(_eval(store, questions, level, []), tags)}
+        out["changes"][change] = rows
+    from common import machine
+
+    out["machine"], out["seconds"] = machine(), round(time.time() - t0, 1)
+    results["chinese"] = out
+    return out
+
+
+def chinese_markdown(r: dict) -> list[str]:
+    if not r:
+        return []
+    lines = ["", f"Chinese documentation (`bench/run.py --only chinese`; {r['machine']}; stores built with "
+             "`kbtool ingest DOCS --add-model use-m`, the built-in contract; each change switched off by its "
+             "override for *before*; nDCG@10, and refused unanswerable / wrongly refused answerable of the contract):", ""]
+    for change, rows in r["changes"].items():
+        lines += [f"**{change}**", "", "| set, level | bm25 | dense:use-m | contract | by tag (contract) | refusals (contract) |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for where, ba in rows.items():
+            b, a = ba["before"], ba["after"]
+            cells = [f"{b['ndcg@10'].get(m, '–')} → {a['ndcg@10'].get(m, '–')}" for m in ("bm25", "dense:use-m", "contract")]
+            tags = ", ".join(f"{t} {b['by_tag'][t]['contract']} → {a['by_tag'][t]['contract']}" for t in a["by_tag"])
+            rb, ra = b["refusal"]["contract"], a["refusal"]["contract"]
+            lines.append(f"| {where} | " + " | ".join(cells) + f" | {tags} | {rb[0]}/{rb[1]}, {rb[2]}/{rb[3]} → "
+                         f"{ra[0]}/{ra[1]}, {ra[2]}/{ra[3]} |")
+        lines.append("")
+    return lines
+
+
+if __name__ == "__main__":
+    got: dict = {}
+    chinese_bench(got)
+    print("\n".join(chinese_markdown(got["chinese"])))
