@@ -64,6 +64,54 @@ def _numbers(summary: dict, tags: list[str]) -> dict:
     return {"ndcg@10": ndcg, "by_tag": by_tag, "refusal": refusal}
 
 
+ROUTES = ("off", "prefer", "only")
+
+
+def _prefixed(questions: Path, prefix: str, target: Path) -> Path:
+    """The question set with every relevant document id under ``prefix`` (a folder ingested with --id-prefix)."""
+    lines = []
+    for line in questions.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            q = json.loads(line)
+            q["relevant"] = [{**r, "doc": prefix + r["doc"]} for r in q.get("relevant", [])]
+            lines.append(json.dumps(q, ensure_ascii=False))
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
+def language_routing(en_docs: Path, zh_docs: Path) -> dict:
+    """FastAPI's English and Chinese docs in one store (``--id-prefix en/ --meta lang=en``, ``zh/``
+    ``lang=zh``), each set's questions under each ``retrieve.language.route``: nDCG@10 (document
+    level, the page in the question's language) and the share of top-5 hits in the other language."""
+    from kbtool import load_contract, retrieve
+    from kbtool.store import Store
+
+    store = OUT / "fastapi-en-zh-kb"
+    if not (store / "manifest.json").exists():
+        for docs, lang, extra in ((en_docs, "en", ["--add-model", "use-m"]), (zh_docs, "zh", [])):
+            r = _kbtool("ingest", str(docs), "--store", str(store), "--id-prefix", f"{lang}/", "--meta", f"lang={lang}",
+                        "-q", *extra)
+            if r.returncode not in (0, 1):
+                raise SystemExit(f"bench: ingest {docs}: {r.stderr.strip()}")
+    sets = {"en": _prefixed(ROOT / "eval_sets" / "fastapi-docs.jsonl", "en/", OUT / "fastapi-docs-en.jsonl"),
+            "zh": _prefixed(ROOT / "eval_sets" / "fastapi-zh.jsonl", "zh/", OUT / "fastapi-zh-zh.jsonl")}
+    out: dict = {}
+    kb = Store.open(store)
+    for route in ROUTES:
+        for lang, path in sets.items():
+            summary = _eval(store, path, "doc", [f"retrieve.language.route={route}"])
+            qs = [json.loads(x)["question"] for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+            answers = retrieve(kb, load_contract(None, [f"retrieve.language.route={route}"], search=False), qs, top_k=5)
+            hits = [h.doc_id for a in answers for h in a.hits]
+            other = sum(1 for d in hits if not d.startswith(f"{lang}/"))
+            r = summary["refusal"]["contract"]
+            out[f"{route} {lang}"] = {"ndcg@10": round(summary["metrics"]["contract"]["ndcg@10"], 3),
+                                      "other_language_hits": [other, len(hits)],
+                                      "refusal": [r["correctly_refused"], r["unanswerable"], r["wrongly_refused"], r["answerable"]]}
+    kb.close()
+    return out
+
+
 def chinese_bench(results: dict) -> dict:
     sys.path.insert(0, str(HERE))
     from docs_set import fetch
@@ -82,6 +130,7 @@ def chinese_bench(results: dict) -> dict:
                 rows[f"{name} {level}"] = {"before": _numbers(_eval(store, questions, level, off), tags),
                                            "after": _numbers(_eval(store, questions, level, []), tags)}
         out["changes"][change] = rows
+    out["routing"] = language_routing(fetch("fastapi", OUT / "fastapi-docs", OUT / ".sdist"), docs)
     from common import machine
 
     out["machine"], out["seconds"] = machine(), round(time.time() - t0, 1)
@@ -105,6 +154,19 @@ def chinese_markdown(r: dict) -> list[str]:
             rb, ra = b["refusal"]["contract"], a["refusal"]["contract"]
             lines.append(f"| {where} | " + " | ".join(cells) + f" | {tags} | {rb[0]}/{rb[1]}, {rb[2]}/{rb[3]} → "
                          f"{ra[0]}/{ra[1]}, {ra[2]}/{ra[3]} |")
+        lines.append("")
+    if r.get("routing"):
+        lines += ["**Language routing** (`retrieve.language.route`; FastAPI's English and Chinese docs in one store, "
+                  "`--id-prefix en/ --meta lang=en` and `zh/ lang=zh`; document level, the page in the question's language):",
+                  "", "| route | English questions (fastapi-docs): nDCG@10, other-language top-5 hits, refusals | "
+                  "Chinese questions (fastapi-zh): nDCG@10, other-language top-5 hits, refusals |", "| --- | --- | --- |"]
+        for route in ROUTES:
+            cells = []
+            for lang in ("en", "zh"):
+                v = r["routing"][f"{route} {lang}"]
+                o, rf = v["other_language_hits"], v["refusal"]
+                cells.append(f"{v['ndcg@10']}, {o[0]} of {o[1]}, {rf[0]}/{rf[1]} unanswerable, {rf[2]}/{rf[3]} answerable")
+            lines.append(f"| {route} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 

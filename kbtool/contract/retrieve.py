@@ -215,6 +215,23 @@ def _default_rules() -> list[Rule]:
     ]
 
 
+class Language(_Strict):
+    """Which documents a question is searched in, by language: a document's language is its
+    metadata ``key`` (``data.meta_from_path: ['docs/{lang}/**']``, a source's ``--meta lang=zh``); a
+    question's is its script (Chinese/Japanese/Korean, or any other)."""
+
+    route: Literal["prefer", "only", "off"] = Field(
+        "prefer", description="prefer: a question is searched among the documents in its language when the "
+                              "scope holds any, else among all; only: among those alone; off: among all")
+    key: str = Field("lang", min_length=1, description="the metadata key holding a document's language "
+                                                       "(en, zh, zh-hant, ja, ...)")
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        return "off" if v is False else v  # YAML reads a bare `off` as false
+
+
 class Retrieve(_Strict):
     top_k: int = Field(5, gt=0, description="results returned")
     candidates: int = Field(100, gt=0, description="candidates taken from each retriever before fusion")
@@ -225,6 +242,8 @@ class Retrieve(_Strict):
         False, description="the embedding model reads CJK: the cjk rule is then not applied")
     filters: list[str] = Field(default_factory=list,
                                description="filters applied to every question, same syntax as --filter")
+    language: Language = Field(default_factory=Language,
+                               description="route a question to the documents in its language (documents without one: always)")
 
     @field_validator("filters")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,7 @@ class Candidates:
     tokens: dict[str, frozenset] = field(default_factory=dict, repr=False)  # analysed hit tokens, by chunk id
     rerank_cache: dict = field(default_factory=dict, repr=False)  # (reranker, question, chunk id) -> score (query.rerank)
     vectors: dict = field(default_factory=dict, repr=False)  # chunk id -> cached dense vector (postprocess.diversity)
+    scope: Any = field(default=None, repr=False)  # the Scope it was gathered in (query.scope.for_language)
 
     def score(self, retriever: str) -> np.ndarray:
         """Retriever's scores over ``ids`` (all NaN when it was not run)."""

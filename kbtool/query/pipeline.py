@@ -24,7 +24,7 @@ from .fusion import fuse
 from .postprocess import NearDuplicates
 from .preprocess import preprocess
 from .routing import bm25_coverage, gathered_for, needed_retrievers, store_retrievers
-from .scope import Scope, scope
+from .scope import Scope, for_language, scope
 from .stages import STAGES, AnswerState, Window, run
 from .tokens import count_tokens_for, token_spans
 from .trace import answer_trace, write_trace
@@ -43,10 +43,18 @@ def gather(store, contract, questions: Sequence[str], *, sc: Scope, embedder=Non
     spans = token_spans(store)
     processed = [preprocess(q, contract, spans) for q in questions]
     depth = max(depth or 0, contract.retrieve.candidates, contract.retrieve.top_k)
-    return gatherer.gather(processed, retrievers=retrievers, depth=depth, allowed=sc.allowed,
-                           allowed_docs=sc.allowed_docs, extra_dense=sc.extra_dense, fill_missing=contract.retrieve.fusion.fill_missing,
-                           visible=sc.visible, wanted=wanted,
-                           progress=progress)
+    # each question in the documents of its language (retrieve.language), one gathering per scope
+    scopes = [for_language(store, contract, sc, p.types) for p in processed]
+    out: list = [None] * len(processed)
+    for s in {id(s): s for s in scopes}.values():
+        idx = [i for i, x in enumerate(scopes) if x is s]
+        got = gatherer.gather([processed[i] for i in idx], retrievers=retrievers, depth=depth, allowed=s.allowed,
+                              allowed_docs=s.allowed_docs, extra_dense=s.extra_dense,
+                              fill_missing=contract.retrieve.fusion.fill_missing, visible=s.visible, wanted=wanted,
+                              progress=progress)
+        for i, c in zip(idx, got):
+            c.scope, out[i] = s, c
+    return out
 
 
 def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str] = (), count_tokens=None,
@@ -62,6 +70,7 @@ def answer(store, contract, cands: Candidates, *, sc: Scope, tags: Sequence[str]
     None computes it over the window, as a query does."""
     t0 = time.perf_counter()
     p = cands.processed
+    sc = cands.scope or sc  # the scope of its language it was gathered in (query.scope.for_language)
     available = store_retrievers(store)
     cov = bm25_coverage(cands)  # a signal known before fusion: a rule may condition on it
     weights = contract.retriever_weights(set(p.types), available, cov)

@@ -21,6 +21,8 @@ class Scope:
     extra_dense: int = 0  # chunks of allowed documents the filters exclude
     warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
     visible: set[str] | None = None  # chunk ids access permits (None: every chunk): BM25 statistics count these only
+    language: str | None = None  # narrowed to the documents of this language class (``for_language``)
+    _by_language: dict = field(default_factory=dict, repr=False, compare=False)  # class -> narrowed Scope
 
 
 def scope(store, contract, filters: Sequence[str] = (), principal: str | None = None,
@@ -87,3 +89,57 @@ def _no_match(f, seen: dict[str, int]) -> str:
     shown = ", ".join(repr(v) for v in close[:5])
     return (f"filter {f} matches no document; {f.key} has: {shown}" if shown
             else f"filter {f} matches no document; no document has a {f.key!r} value")
+
+
+# A document language (its metadata value) of CJK script: the question of CJK script goes to these.
+CJK_LANGUAGES = ("zh", "cn", "ja", "ko", "chinese", "japanese", "korean")
+
+
+def language_class(value) -> str:
+    """'cjk' for a CJK language code or name (zh, zh-hant, zh_CN, ja, ko, ...), else 'other'."""
+    return "cjk" if str(value).strip().lower().startswith(CJK_LANGUAGES) else "other"
+
+
+def for_language(store, contract, sc: Scope, types) -> Scope:
+    """``sc`` narrowed to the documents in the question's language (contract ``retrieve.language``):
+    a question of CJK script (``types`` holds cjk) to the documents whose language (metadata
+    ``key``) is Chinese, Japanese or Korean, any other question to the rest; documents without the
+    key stay in both. ``prefer`` keeps ``sc`` when it holds no document of the question's language
+    (a store without the key: always), ``only`` then allows none; ``off`` is ``sc``."""
+    cfg = contract.retrieve.language
+    if cfg.route == "off":
+        return sc
+    cls = "cjk" if "cjk" in types else "other"
+    key = (cfg.route, cfg.key, cls)
+    got = sc._by_language.get(key)
+    if got is not None:
+        return got
+    docs, chunks, keyless = store.memo(("languages", cfg.key), lambda: _languages(store, cfg.key))
+    mine, mine_chunks = docs.get(cls, set()), chunks.get(cls, set())
+    allowed = mine_chunks if sc.allowed is None else sc.allowed & mine_chunks
+    if not allowed and cfg.route == "prefer":
+        narrowed = sc
+    else:
+        free_docs, free_chunks = keyless
+        allowed = allowed | (free_chunks if sc.allowed is None else sc.allowed & free_chunks)
+        in_docs = mine | free_docs
+        allowed_docs = sorted(in_docs) if sc.allowed_docs is None else [d for d in sc.allowed_docs if d in in_docs]
+        narrowed = Scope(sc.filters, allowed, allowed_docs, sc.extra_dense, sc.warnings, sc.visible, cls)
+    sc._by_language[key] = narrowed
+    return narrowed
+
+
+def _languages(store, key: str):
+    """({class: doc ids}, {class: chunk ids}, (doc ids, chunk ids) without the key), once per generation."""
+    docs: dict[str, set] = {}
+    chunks: dict[str, set] = {}
+    free_docs, free_chunks = set(), set()
+    for doc_id, meta, ids in store.metadata_groups():
+        if key in meta and str(meta[key]).strip():
+            cls = language_class(meta[key])
+            docs.setdefault(cls, set()).add(doc_id)
+            chunks.setdefault(cls, set()).update(ids)
+        else:
+            free_docs.add(doc_id)
+            free_chunks.update(ids)
+    return docs, chunks, (free_docs, free_chunks)
