@@ -114,6 +114,16 @@ def for_language(store, contract, sc: Scope, types) -> Scope:
     got = sc._by_language.get(key)
     if got is not None:
         return got
+    if sc.allowed is None and sc.visible is None:  # the whole store (no filter, no access): one per generation,
+        # the same object for every query — the filtered dense search holds its vectors by it
+        narrowed = store.memo(("language-scope", *key, tuple(sc.filters)), lambda: _narrowed(store, cfg, cls, sc))
+    else:  # a filtered scope is itself held per generation (``scope``): held on it
+        narrowed = _narrowed(store, cfg, cls, sc)
+    sc._by_language[key] = narrowed
+    return narrowed
+
+
+def _narrowed(store, cfg, cls: str, sc: Scope) -> Scope:
     docs, chunks, keyless = store.memo(("languages", cfg.key), lambda: _languages(store, cfg.key))
     mine, mine_chunks = docs.get(cls, set()), chunks.get(cls, set())
     allowed = mine_chunks if sc.allowed is None else sc.allowed & mine_chunks
@@ -125,7 +135,6 @@ def for_language(store, contract, sc: Scope, types) -> Scope:
         in_docs = mine | free_docs
         allowed_docs = sorted(in_docs) if sc.allowed_docs is None else [d for d in sc.allowed_docs if d in in_docs]
         narrowed = Scope(sc.filters, allowed, allowed_docs, sc.extra_dense, sc.warnings, sc.visible, cls)
-    sc._by_language[key] = narrowed
     return narrowed
 
 
