@@ -155,7 +155,9 @@ data:
     monkeypatch.chdir(repo)
     rep = _report(run("ingest", "--store", ".kb", "--json"))
     assert sorted(rep["added"]) == ["guide/install.md", "index.md", "zh/guide/install.md", "zh/index.md"]
-    r = run("query", "pip install acme", "--store", ".kb", "--json", "-m", "bm25", "-k", "4")
+    # both languages' pages in one answer: routing off (an English question is otherwise searched in English pages)
+    r = run("query", "pip install acme", "--store", ".kb", "--json", "-m", "bm25", "-k", "4",
+            "--set", "retrieve.language.route=off")
     cites = {h["doc_id"]: (h["citation"], h["url"]) for h in json.loads(r.stdout)["hits"]}
     assert cites["guide/install.md"][0].startswith("https://acme.example/guide/install/")
     assert cites["zh/guide/install.md"][0] == "https://acme.example/zh/guide/install/"
@@ -169,6 +171,9 @@ data:
     # Flags for a source the contract declares are refused: the contract is the one place.
     r = run("ingest", "--store", ".kb", "--meta", "lang=fr")
     assert r.exit_code == 2 and "data.sources" in r.output
+    # routed by language (the default): the English question is answered from the English pages only
+    r = run("query", "pip install acme", "--store", ".kb", "--json", "-m", "bm25", "-k", "4")
+    assert {h["doc_id"] for h in json.loads(r.stdout)["hits"]} <= {"guide/install.md", "index.md"}
     # The repository checked out elsewhere (both folders exist): the declared sources move with it.
     other = tmp_path / "elsewhere"
     shutil.copytree(repo, other)
