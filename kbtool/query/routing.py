@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..contract.base import QUESTION_TYPES
+
 
 # The signals (query.signals) each kind of retriever's candidates give a value; without it they
 # read 0 ("dense" stands for every dense retriever: the signals read the question's main one).
@@ -25,7 +27,7 @@ def needed_retrievers(contract, store=None, types: set[str] | None = None, avail
         available = store_retrievers(store) if store is not None else ("dense", "bm25")
     method = contract.retrieve.fusion.method
     if method in ("weighted", "rrf"):
-        groups = [types] if types is not None else [{t} for t in ("identifier", "cjk", "cjk_identifier", "other")]
+        groups = [types] if types is not None else [{t} for t in QUESTION_TYPES]
         used = {r for g in groups for cov in coverages(contract) for r in contract.retriever_weights(g, available, cov)}
         if store is None or store.has_bm25():
             used.add("bm25")  # the signals of every question read BM25 (no model call)

@@ -21,7 +21,6 @@ class Scope:
     extra_dense: int = 0  # chunks of allowed documents the filters exclude
     warnings: list[str] = field(default_factory=list)  # a filter that matches no document, and why
     visible: set[str] | None = None  # chunk ids access permits (None: every chunk): BM25 statistics count these only
-    language: str | None = None  # narrowed to the documents of this language class (``for_language``)
     _by_language: dict = field(default_factory=dict, repr=False, compare=False)  # class -> narrowed Scope
 
 
@@ -134,7 +133,7 @@ def _narrowed(store, cfg, cls: str, sc: Scope) -> Scope:
         allowed = allowed | (free_chunks if sc.allowed is None else sc.allowed & free_chunks)
         in_docs = mine | free_docs
         allowed_docs = sorted(in_docs) if sc.allowed_docs is None else [d for d in sc.allowed_docs if d in in_docs]
-        narrowed = Scope(sc.filters, allowed, allowed_docs, sc.extra_dense, sc.warnings, sc.visible, cls)
+        narrowed = Scope(sc.filters, allowed, allowed_docs, sc.extra_dense, sc.warnings, sc.visible)
     return narrowed
 
 

@@ -26,12 +26,13 @@ import json
 import sys
 from typing import Any
 
+from ..contract.base import QUESTION_TYPES
 from . import LOOPBACK
 from .service import Caller
 
 SNIPPET_CHARS = 400  # of each hit's text in the citations
 READ_DEFAULT_LINES = 400  # `read` without a range: the document's first lines, and says how many there are
-TYPE_TIERS = {"identifier", "cjk", "cjk_identifier", "other"}  # detected question types: a tier of that name applies by itself
+TYPE_TIERS = set(QUESTION_TYPES)  # detected question types: a tier of that name applies by itself
 
 
 # ---- what the caller may see --------------------------------------------------------------------

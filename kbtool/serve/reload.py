@@ -58,13 +58,15 @@ class LiveState:
         self._warm_up(self.store, self.embedder)
 
     def _pin(self):
-        """The store as it is now, one generation loaded whole; its stamp (None: not one
-        generation yet — a writer was at work — so the next check pins again)."""
+        """The store as it is now, one generation loaded whole; its stamp (None: not one generation —
+        the view is not, a writer is at work, or the store moved while it loaded — so the next check
+        pins again)."""
         from ..store.pinned import PinnedStore
 
         stamp = self._store_state()
-        store = PinnedStore.pin(self._live.path, self._live)
-        self._store_stamp = stamp if store.consistent and self._store_state() == stamp else None
+        store = PinnedStore.pin(self._live.path)
+        whole = store.consistent and not self._live.writer_active() and self._store_state() == stamp
+        self._store_stamp = stamp if whole else None
         return store
 
     def _warm_up(self, store, embedder) -> None:

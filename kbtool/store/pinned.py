@@ -6,10 +6,12 @@ manifest — and a reader that reads each part live meanwhile mixes generations 
 a page's old chunks under the old indexes; new BM25 statistics over old vectors). A ``PinnedStore``
 holds all of one generation: the catalog as a snapshot (one read transaction, ``SnapshotCatalog``),
 the manifest as read, the BM25 index loaded once, and Chroma through a client of its own whose HNSW
-indexes are loaded when pinned (``vectors.private_client``). Filtered dense search is exact over the
-snapshot's cached vectors (Chroma's ``where`` reads its live metadata). ``consistent`` says whether
-all of it is one generation — the catalog's, every index's, no writer at work — checked after
-everything was loaded. Read-only: a write raises StoreError. ``serve.reload`` swaps a new one in.
+indexes are loaded when pinned (``vectors.private_client``). Filtered dense search never lets Chroma
+filter (its ``where`` reads its live metadata, ``filtered.py``). ``consistent`` says whether what it
+loaded — the manifest, every model's record, BM25 — holds the snapshot's generation; whether
+anything moved while it loaded is the caller's to check (``serve.reload`` compares the store's
+stamps before and after, and asks whether a writer is at work). Read-only: a write raises
+StoreError. ``serve.reload`` swaps a new one in.
 
 With the vectors on a Chroma server the vectors cannot be pinned: a reader sees them as written
 (the catalog and BM25 still one generation; a hit the snapshot lacks is dropped, never a ghost).
@@ -41,15 +43,14 @@ class PinnedStore(Store):
         self.consistent = False
 
     @classmethod
-    def pin(cls, path: str | Path, live: Store | None = None) -> "PinnedStore":
-        """The store at ``path`` as it is now, loaded whole (BM25, every model's vectors). ``live``: an
-        ordinary Store of the same path, to check against (one is opened if not given)."""
+    def pin(cls, path: str | Path) -> "PinnedStore":
+        """The store at ``path`` as it is now, loaded whole (BM25, every model's vectors)."""
         path = Path(path)
         Catalog(path / "catalog.sqlite3").close()  # migrated (a snapshot never migrates) and checked readable
         store = cls(path, mf.read(path))
         try:
             store._load()
-            store.consistent = store._one_generation(live)
+            store.consistent = store._one_generation()
         except BaseException:
             store.close()
             raise
@@ -77,26 +78,15 @@ class PinnedStore(Store):
             if one:
                 self.vectors_for(name).search(np.stack(list(one.values())), 1)
 
-    def _one_generation(self, live: Store | None) -> bool:
-        """Everything loaded is of the snapshot's generation, and still is now that it is loaded: the
-        manifest and BM25 say they hold it, no writer is at work, the live catalog has not moved on."""
+    def _one_generation(self) -> bool:
+        """The manifest, every model's record and the BM25 index loaded say they hold the snapshot's generation."""
         gen = self.catalog.generation()
         m = self.manifest
-        models = m.get("models", {})
         held = self._held.loaded_state.get("generation") if self._held is not None else None
-        if not (m.get("indexed_generation") == gen and all(r.get("indexed_generation") == gen for r in models.values())
+        return (m.get("indexed_generation") == gen
+                and all(r.get("indexed_generation") == gen for r in m.get("models", {}).values())
                 and (held == gen or (gen == 0 and self._held is None))
-                and mf.bm25_built_with(m) == self.bm25_spec()):
-            return False
-        own = live is None
-        live = live or Store.open(self.path)
-        try:
-            return (not live.writer_active() and live.catalog.generation() == gen
-                    and mf.read(self.path).get("indexed_generation") == gen
-                    and BM25Index.state(self.path / "bm25").get("generation", gen) == gen)
-        finally:
-            if own:
-                live.close()
+                and mf.bm25_built_with(m) == self.bm25_spec())
 
     # ---- one generation, read-only ---------------------------------------------------------
     def _refresh(self) -> None:
