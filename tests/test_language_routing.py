@@ -64,3 +64,33 @@ def test_off_in_yaml_and_language_codes():
     for value, cls in (("zh", "cjk"), ("zh-Hant", "cjk"), ("zh_CN", "cjk"), ("ja", "cjk"), ("ko-KR", "cjk"),
                        ("en", "other"), ("fr", "other"), ("de-CH", "other")):
         assert language_class(value) == cls, value
+
+
+def test_calibrate_scores_each_question_in_its_language_as_eval_does(two_languages, fake_embedder, tmp_path):
+    """Calibrate gathers through the same pipeline: a question's score there, for a setting, is
+    what eval measures on the contract calibrate writes for it — language routing included."""
+    import json
+
+    import numpy as np
+
+    from kbtool.evaluation.calibrate import CONFIGS, Search, gathered
+    from kbtool.evaluation.questions import load_questions
+
+    from .test_calibrate_logic import _assert_eval_measures
+
+    rows = [("e1", "CORSMiddleware cross-origin requests", "en/cors.md"), ("e2", "UploadFile large uploads disk", "en/files.md"),
+            ("e3", "cross-origin middleware", "en/cors.md"), ("z1", "怎么用 CORSMiddleware 允许跨域请求", "zh/cors.md"),
+            ("z2", "UploadFile 大文件存到哪里", "zh/files.md"), ("z3", "跨域请求", "zh/cors.md")]
+    path = write(tmp_path / "qs.jsonl", "".join(json.dumps({"id": i, "question": q, "relevant": [{"doc": d}]},
+                                                           ensure_ascii=False) + "\n" for i, q, d in rows))
+    qs = load_questions(path)
+    contract = load_contract(None, search=False)
+    items = gathered(two_languages, qs, contract, k=10, embedder=fake_embedder)
+    assert all(it.c.scope is not None for it in items)
+    zh = [it for it in items if it.q.id.startswith("z")]
+    assert all(not c.startswith("en/") for it in zh for c in it.c.ids)  # gathered in its language
+    search = Search(contract, items, "ndcg@10", min_count=1)
+    rng = np.random.default_rng(3)
+    for ci in range(0, len(CONFIGS), 3):
+        wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "cjk_identifier", "other")}
+        _assert_eval_measures(two_languages, qs, contract, search, items, ci, wmap, fake_embedder)
