@@ -23,6 +23,14 @@ from .markdown import split_fenced
 
 Counter = Callable[[str], int]
 SEP = " > "
+# Where text is split when a unit outgrows a chunk, coarsest first (regular expressions; each cut
+# keeps its separator at the end of the piece before it): paragraphs, lines, sentences, clauses,
+# words. A Chinese sentence ends at 。！？ (and a clause at ；，、), with no space after it; each sits
+# beside its Latin counterpart, which Latin text alone ever meets, so English splits as before.
+SEPARATORS = [r"\n\n", r"\n", r"[。！？]+[”’」』）]?", r"\. ", r"；", r"; ", r"[，、]", r", ", r" ", r""]
+# The splitter's version, part of the chunking key: a store chunked by an older one is re-chunked
+# (2: Chinese sentence and clause ends, 2026-12-07).
+SPLITTER = 2
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class ChunkParams:
     overlap: int | None = None  # None = min(32, size // 4)
     hard_max: int = 0  # 0 = 2 x size: tables/code up to this stay whole
     prefix: bool = True
+    splitter: int = SPLITTER  # not a setting: the chunker's version (``SPLITTER``), so a new one re-chunks
 
     def resolved(self, model_max_tokens: int) -> "ChunkParams":
         size = self.size or (model_max_tokens - 2)
@@ -42,7 +51,7 @@ class ChunkParams:
             raise UsageError(f"chunk overlap {overlap} must be between 0 and half of the chunk size ({size})")
         if hard_max < size:
             raise UsageError(f"chunk hard_max {hard_max} must be at least the chunk size ({size})")
-        return ChunkParams(size, overlap, hard_max, self.prefix)
+        return ChunkParams(size, overlap, hard_max, self.prefix, SPLITTER)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,8 +103,7 @@ def _splitter(size: int, overlap: int, count: Counter, separators: list[str] | N
 
     return RecursiveCharacterTextSplitter(
         chunk_size=size, chunk_overlap=overlap, length_function=count,
-        separators=separators or ["\n\n", "\n", "。", ". ", "; ", ", ", " ", ""],
-        keep_separator="end",
+        separators=separators or SEPARATORS, is_separator_regex=True, keep_separator="end",
     )
 
 

@@ -98,3 +98,63 @@ def test_overlap_default_scales_with_small_sizes():
 def test_bad_parameters_are_refused(params):
     with pytest.raises(InputError):
         params.resolved(256)
+
+
+# ---- Chinese text (issue 32): cut at sentence ends, then clauses, never inside a word ---------------
+ZH_SENTENCES = ["后台任务会在返回响应之后运行", "依赖项可以声明自己的子依赖项吗", "请求体使用 Pydantic 模型来声明",
+                "路径参数的值会被转换成声明的类型", "中间件在每个请求之前和之后都会运行"]
+
+
+def test_chinese_text_is_cut_where_a_sentence_ends(count):
+    # ！ and ？ end sentences as 。 does (no 。 here: the old splitter cut these between characters)
+    text = "".join(s + ("？" if i % 2 else "！") for i, s in enumerate(ZH_SENTENCES * 6))
+    blocks = [Block("title", "指南", ["指南"], None, 0), Block("text", text, ["指南"])]
+    chunks = chunk_blocks("指南", blocks, ChunkParams(size=60, overlap=0, hard_max=120), count)
+    assert len(chunks) >= 3
+    assert all(c.text.endswith(("！", "？")) for c in chunks)
+    assert "".join(c.text for c in chunks) == text  # nothing lost, nothing repeated (no overlap)
+
+
+def test_a_long_chinese_sentence_is_cut_at_a_clause_not_inside_a_word(count):
+    text = "，".join(ZH_SENTENCES * 4) + "。"
+    blocks = [Block("title", "指南", ["指南"], None, 0), Block("text", text, ["指南"])]
+    chunks = chunk_blocks("指南", blocks, ChunkParams(size=60, overlap=0, hard_max=120), count)
+    assert len(chunks) >= 2
+    assert all(c.text.endswith(("，", "。")) for c in chunks)
+
+
+def test_english_is_split_as_before(count):
+    from kbtool.chunk import SEPARATORS, _splitter
+
+    text = " ".join(f"Sentence {i} explains how retries work; it says so, twice." for i in range(40))
+    assert all(s not in text for s in ("。", "！", "？", "；", "，", "、"))
+    old = ["\n\n", "\n", "。", ". ", "; ", ", ", " ", ""]
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    before = RecursiveCharacterTextSplitter(chunk_size=50, chunk_overlap=10, length_function=count, separators=old,
+                                            keep_separator="end").split_text(text)
+    assert _splitter(50, 10, count).split_text(text) == before
+    assert len(SEPARATORS) == len(old) + 2
+
+
+def test_a_store_chunked_by_an_older_splitter_is_chunked_again(tmp_path, fake_embedder):
+    import json
+
+    from kbtool.chunk import SPLITTER, store_params
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# 指南\n\n" + "！".join(ZH_SENTENCES) + "。\n", encoding="utf-8")
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [docs], embedder=fake_embedder).failed
+    params = store_params(store)
+    assert params.splitter == SPLITTER and not store.documents_to_chunk(params)
+    # what a store chunked before the splitter had a version recorded
+    old = {k: v for k, v in params.to_dict().items() if k != "splitter"}
+    with store.catalog.transaction() as db:
+        db.execute("UPDATE documents SET chunked_with=?", (json.dumps(old, sort_keys=True),))
+    assert store.documents_to_chunk(params) == ["a.md"]
+    assert not ingest(store, [docs], embedder=fake_embedder).failed
+    assert not store.documents_to_chunk(params)
