@@ -67,6 +67,21 @@ def test_fastapi_zh_set_is_well_formed_and_meets_its_counts():
         assert q.relevant and all(r.evidence and not r.doc.startswith("/") and "\\" not in r.doc for r in q.relevant)
 
 
+def test_cmrc_folders_are_beir_sets_of_chinese_questions_on_their_own_paragraphs():
+    """eval_sets/cmrc2018/{trial,dev} (bench/make_cmrc_set.py): issue 32's >= 500 public Chinese
+    questions; each question's one relevant document is a paragraph of its own split."""
+    import json
+    import re
+
+    for split, n_docs, n_qs in (("trial", 256, 1000), ("dev", 848, 3219)):
+        folder = ROOT / "eval_sets" / "cmrc2018" / split
+        qs = load_questions(folder)
+        docs = {json.loads(x)["_id"] for x in (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines()}
+        assert not qs.issues and len(qs.questions) == n_qs and len(docs) == n_docs
+        assert all(re.search(r"[\u4e00-\u9fff]", q.question) for q in qs.questions)
+        assert all(len(q.relevant) == 1 and q.relevant[0].doc in docs for q in qs.questions)
+
+
 @pytest.mark.parametrize("lines,message,line", [
     (['{"id": "a", "question": "ok", "relevant": []}', '{"id": "b", "question": '], "not valid JSON", 2),
     (['{"id": "a", "question": "ok"}', '{"id": "a", "question": "again"}'], "duplicate id", 2),
@@ -103,6 +118,15 @@ def test_beir_and_trec_layouts(tmp_path):
     write(tmp_path / "qrels.txt", "7 0 docA 1\n7 0 docB 0\n")
     qs = load_questions(tmp_path / "q.tsv", qrels=tmp_path / "qrels.txt")
     assert qs.questions[0].question == "seventh question" and len(qs.questions[0].relevant) == 2
+
+
+def test_an_empty_beir_query_is_flagged_not_asked(tmp_path):
+    beir = tmp_path / "beir"  # as two of CMRC 2018's trial questions are
+    write(beir / "queries.jsonl", '{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": " "}\n')
+    write(beir / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    qs = load_questions(beir)
+    assert [q.id for q in qs.questions] == ["q1"]
+    assert len(qs.issues) == 1 and "'q2' is empty" in str(qs.issues[0]) and "queries.jsonl:2" in str(qs.issues[0])
 
 
 def test_lint_flags_documents_and_evidence_the_store_lacks(sample_store, tmp_path):

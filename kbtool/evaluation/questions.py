@@ -234,6 +234,9 @@ def _from_queries_and_qrels(name: str, queries: Path, qrels: Path) -> QuestionSe
             qs.issues.append(LintIssue(str(qrels), None, f"query {qid!r} is judged but has no text in {queries.name}"))
             continue
         text, lineno = texts[qid]
+        if not text.strip():
+            qs.issues.append(LintIssue(str(queries), lineno, f"query {qid!r} is empty: give it a text or drop its judgements"))
+            continue
         relevant = [Relevant(doc, grade) for doc, grade in sorted(rels.items())]
         qs.questions.append(Question(qid, text, relevant, [], lineno))
     # BEIR evaluates judged queries only; unjudged queries are not questions.
