@@ -211,7 +211,7 @@ def test_a_two_retriever_store_gets_the_proposal_of_before(tiny, fake_embedder):
         # the built-in cjk rule weighing dense:use-m, a retriever this store lacks, is left as written;
         # the one the store applies takes the weights
         assert [r.weights.as_dict() for r in written.retrieve.rules if r.when == "cjk"] == [
-            {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, p["group_weights"]["cjk"]]
+            {"dense": 0.0, "bm25": 0.9, "dense:use-m": 0.1}, p["group_weights"]["cjk"]]
         assert written.retrieve.fusion.weights.as_dict() == p["weights"]
 
 
@@ -227,12 +227,14 @@ def test_calibrate_scores_a_three_retriever_setting_as_eval_measures_it(three_re
     for overrides in ([], NO_USE_M):
         contract, items, search = _three_items(three_retrievers, fake_embedder, overrides)
         assert search.retrievers == ("dense", "bm25", "dense:use-m") and len(search.grid) == 21
-        assert {"cjk", "other"} <= set(search.groups)
+        # Chinese paraphrases: BM25 barely covers them, so the built-in rule on cjk and coverage fuses them
+        cjk = "cjk@0.4" if overrides == [] else "cjk"
+        assert {cjk, "other"} <= set(search.groups) and cjk in search.own
         rng = np.random.default_rng(2)
         for ci in range(len(CONFIGS)):
-            wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other")}
+            wmap = {g: int(rng.integers(len(search.grid))) for g in ("identifier", "cjk", "other", *search.own)}
             p = search.proposal(ci, wmap)
-            assert p["group_weights"]["cjk"] == search.grid[wmap["cjk"]] and set(p["weights"]) == set(search.retrievers)
+            assert p["group_weights"][cjk] == search.grid[wmap[cjk]] and set(p["weights"]) == set(search.retrievers)
             _assert_eval_measures(store, qs, contract, search, items, ci, wmap, fake_embedder, p)
 
 
@@ -292,21 +294,23 @@ def test_cli_calibrate_writes_the_use_m_weight_and_eval_holds_ci_to_it(three_ret
     runner = CliRunner()
     assert runner.invoke(app, ["contract", "init"]).exit_code == 0
     text = (tmp_path / "kbtool.yaml").read_text()
-    text = text.replace("dense:use-m: 0.7", "dense:use-m: 0.0")  # CJK questions fused without the model
-    assert "dense:use-m: 0.0" in text
+    # CJK questions fused without the model (Chinese paraphrases: the rule on cjk and BM25 coverage)
+    text = text.replace("dense:use-m: 0.7", "dense:use-m: 0.0").replace("dense:use-m: 0.1", "dense:use-m: 0.0")
+    assert text.count("dense:use-m: 0.0") == 2
     (tmp_path / "kbtool.yaml").write_text(text)
     base = ["--store", str(store.path)]
     r = runner.invoke(app, ["calibrate", str(path), *base, "--min-count", "3", "--folds", "3", "--out", "cal"])
     assert r.exit_code == 0, r.output
-    assert "cjk: dense " in r.stdout and "dense:use-m" in r.stdout and "dense:use-m alone" in r.stdout
+    assert "cjk@0.4: dense " in r.stdout and "dense:use-m" in r.stdout and "dense:use-m alone" in r.stdout
     assert (tmp_path / "cal" / "calibration.png").stat().st_size > 10_000
     r = runner.invoke(app, ["calibrate", str(path), *base, "--min-count", "3", "--folds", "3", "--write", "--json", "-q"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["adopted"] and data["proposed"]["group_weights"]["cjk"]["dense:use-m"] > 0
+    assert data["adopted"] and data["proposed"]["group_weights"]["cjk@0.4"]["dense:use-m"] > 0
     written = load_contract(tmp_path / "kbtool.yaml")
-    cjk = next(rule for rule in written.retrieve.rules if rule.when == "cjk")
-    assert cjk.weights.as_dict() == data["proposed"]["group_weights"]["cjk"]
+    cjk = next(rule for rule in written.retrieve.rules if rule.type == "cjk" and rule.signals)
+    assert cjk.when.bm25_coverage_below == 0.4
+    assert cjk.weights.as_dict() == data["proposed"]["group_weights"]["cjk@0.4"]
     assert "# your version of this contract" in (tmp_path / "kbtool.yaml").read_text()  # comments kept
     r = runner.invoke(app, ["eval", str(path), *base, "-q", "--fail-under-recorded", "0", "--out", "ev"])
     assert r.exit_code == 0, r.output
@@ -324,13 +328,13 @@ def test_weights_that_already_fuse_as_proposed_are_left_as_written():
 
     contract = default_contract()
     proposed = {**_current_fusion(contract, ("dense", "bm25", "dense:use-m")), "method": "rrf"}
-    assert proposed["group_weights"]["cjk"] == {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}
+    assert proposed["group_weights"]["cjk"] == {"dense": 0.0, "bm25": 0.9, "dense:use-m": 0.1}
     assert proposed["weights"] == {"dense": 0.7, "bm25": 0.3, "dense:use-m": 0.0}
     proposed["group_weights"]["identifier"] = {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
     new = validate_contract(yaml.safe_load(calibrated_text(None, contract, as_calibration(True, proposed))))
     rules = {r.when: r.weights.as_dict() for r in new.retrieve.rules}
     assert [r.weights.as_dict() for r in new.retrieve.rules if r.when == "cjk"] == [
-        {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, {"dense": 0.1, "bm25": 0.9}]
+        {"dense": 0.0, "bm25": 0.9, "dense:use-m": 0.1}, {"dense": 0.1, "bm25": 0.9}]
     assert rules["identifier"] == {"dense": 0.2, "bm25": 0.4, "dense:use-m": 0.4}
     assert new.retrieve.fusion.weights.as_dict() == {"dense": 0.7, "bm25": 0.3}
     assert new.retrieve.fusion.method == "rrf" and new.contract_version == 2
@@ -350,7 +354,7 @@ def test_calibrated_weights_go_to_the_rule_the_store_applies_and_no_other():
     contract = default_contract()
     for retrievers, cjk, want in [
         (("dense", "bm25"), {"dense": 0.2, "bm25": 0.8},
-         [{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}, {"dense": 0.2, "bm25": 0.8}]),
+         [{"dense": 0.0, "bm25": 0.9, "dense:use-m": 0.1}, {"dense": 0.2, "bm25": 0.8}]),
         (("dense", "bm25", "dense:use-m"), {"dense": 0.0, "bm25": 0.4, "dense:use-m": 0.6},
          [{"dense": 0.0, "bm25": 0.4, "dense:use-m": 0.6}, {"dense": 0.1, "bm25": 0.9}]),
     ]:
@@ -398,9 +402,10 @@ def test_the_calibrated_contract_is_what_the_written_file_loads_as():
         assert direct.to_dict() == written.to_dict()
         assert list(direct.decide.tiers) == list(written.decide.tiers)
     assert [(r.when, r.weights.as_dict()) for r in direct.retrieve.rules if not r.signals] == [
-        ("cjk_identifier", {"dense": 0.0, "bm25": 0.5, "dense:use-m": 0.5}), ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7}),
+        ("cjk_identifier", {"dense": 0.0, "bm25": 0.5, "dense:use-m": 0.5}), ("identifier", {"dense": 0.2, "bm25": 0.8}), ("cjk", {"dense": 0.0, "bm25": 0.9, "dense:use-m": 0.1}),
         ("cjk", {"dense": 0.1, "bm25": 0.9})]
-    assert direct.retrieve.rules[4:] == contract.retrieve.rules[4:]  # the coverage rules, as the proposal had them
+    assert direct.retrieve.rules[2] == contract.retrieve.rules[2]  # Chinese questions BM25 barely covers: as written
+    assert direct.retrieve.rules[5:] == contract.retrieve.rules[5:]  # the coverage rules, as the proposal had them
     assert direct.retrieve.fusion.method == "rrf" and direct.retrieve.fusion.rrf_k == 30
     assert direct.retrieve.fusion.weights.as_dict() == {"dense": 0.6, "bm25": 0.4} and direct.contract_version == 2
 
@@ -437,13 +442,14 @@ def test_calibrate_proposes_a_coverage_rule_where_it_pays_and_writes_it_after_th
     direct = calibrated_contract(contract, cal)
     written = validate_contract(yaml.safe_load(calibrated_text(None, contract, cal)))
     assert direct.to_dict() == written.to_dict()
-    assert [r.type for r in direct.retrieve.rules] == ["cjk_identifier", "identifier", "cjk", "cjk", None]
+    assert [r.type for r in direct.retrieve.rules] == ["cjk_identifier", "identifier", "cjk", "cjk", "cjk", None]
     last = direct.retrieve.rules[-1]
     assert last.when.bm25_coverage_below == 0.2 and last.weights.as_dict() == {"dense": 1.0, "bm25": 0.0}
     assert direct.retriever_weights({"other"}, ("dense", "bm25"), 0.1) == {"dense": 1.0}
     # no rule proposed: the coverage rules go (the choice measured without one)
     none = calibrated_contract(contract, as_calibration(True, search.proposal(0, wmap)))
-    assert not any(r.signals for r in none.retrieve.rules)
+    assert not any(r.signals and r.type is None for r in none.retrieve.rules)
+    assert none.retrieve.rules[2] == contract.retrieve.rules[2]  # the rule on a type and coverage stays
 
 
 @pytest.mark.slow

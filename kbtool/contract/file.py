@@ -131,8 +131,8 @@ def _fused(retrieve, p: FusionProposal):
     rules = list(retrieve.rules)
     for group, ws in _wanted(p, shared).items():
         matching = [i for i, r in enumerate(rules)
-                    if r.when == group and not _skipped_here(_as_written(r.weights), ws)][:1]  # type rules only
-        if not matching and group != "other":
+                    if _group_of(r.model_dump(mode="json")) == group and not _skipped_here(_as_written(r.weights), ws)][:1]
+        if not matching and group != "other" and "@" not in group:
             rules.append(Rule(when=group, weights=Weights.model_validate({n: round(w, 4) for n, w in ws.items()})))
         for i in (i for i in matching if not _fuses_as(_as_written(rules[i].weights), ws)):
             weights = {**_as_written(rules[i].weights), **{n: round(w, 4) for n, w in ws.items()}}
@@ -141,6 +141,15 @@ def _fused(retrieve, p: FusionProposal):
         rules = _with_coverage_rules(rules, p.coverage_rules, lambda r: _when_of(r.model_dump(mode="json")),
                                      Rule.model_validate)
     return retrieve.model_copy(update={"fusion": retrieve.fusion.model_copy(update=fusion), "rules": rules})
+
+
+def _group_of(rule) -> str | None:
+    """The calibration group a rule as written (a mapping) fuses: its type, '<type>@<cut-off>' for a
+    rule on a type and BM25 coverage (``evaluation.calibrate.rule_group``), None on coverage alone."""
+    when = rule.get("when") if hasattr(rule, "get") else None
+    if hasattr(when, "get"):
+        return f"{when.get('type')}@{when.get('bm25_coverage_below')}" if when.get("type") else None
+    return when
 
 
 def _when_of(rule) -> tuple[str | None, bool]:
@@ -227,8 +236,8 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
         # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
         # that weighs no bundled retriever the store lacks) takes the weights: the others stay
         # as written, for a store with (or without) that retriever.
-        matching = [r for r in rules if r.get("when") == group and not _skipped_here(r.get("weights"), ws)][:1]
-        if not matching and group == "other":
+        matching = [r for r in rules if _group_of(r) == group and not _skipped_here(r.get("weights"), ws)][:1]
+        if not matching and (group == "other" or "@" in group):
             continue  # "other" questions use fusion.weights
         if not matching:
             rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})

@@ -197,12 +197,17 @@ def _default_rules() -> list[Rule]:
         Rule(when="cjk_identifier", weights=Weights(**{"dense": 0.0, "bm25": 0.5, "dense:use-m": 0.5})),
         # Error codes, versions, API paths, config keys: BM25 matches them exactly, the model does not.
         Rule(when="identifier", weights=Weights(dense=0.3, bm25=0.7)),
-        # With the bundled multilingual model added (`kbtool index --add-model use-m`) it leads a
-        # CJK question: 0.7 of the weight (MiniLM's vectors of Chinese text are noise that even
-        # 0.03 of the weight lets in: zh nDCG@10 0.667 against 0.715 without; chosen on the sample
-        # set's Chinese questions, eval_sets/sample.jsonl tag zh; `kbtool calibrate` tunes it for
-        # yours). A rule weighing a bundled retriever the store lacks is skipped: the next applies.
-        Rule(when="cjk", weights=Weights(**{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7})),
+        # With the bundled multilingual model added (`kbtool index --add-model use-m`), a CJK question
+        # whose words BM25 barely finds (best coverage below 0.4: a paraphrase) is led by it, 0.7 of
+        # the weight; one whose words BM25 finds is led by BM25, 0.9 (MiniLM's vectors of Chinese
+        # text are noise: it gets none). Chosen on CMRC 2018's 1,000 trial questions and
+        # eval_sets/fastapi-zh.jsonl (the best mean nDCG@10 of CMRC, fastapi-zh's pages and its
+        # chunks, with CMRC at least 0.002 above BM25 alone; bench/cjk_weights.py), judged on CMRC's
+        # 3,219 dev questions (0.972 -> 0.988, BM25 alone 0.987); the sample's 37 Chinese questions,
+        # held out, lose (chunks 0.754 -> 0.702): bench/RESULTS.md, "Chinese documentation". A rule
+        # weighing a bundled retriever the store lacks is skipped: the next applies.
+        Rule(when=When(type="cjk", bm25_coverage_below=0.4), weights=Weights(**{"dense": 0.0, "bm25": 0.3, "dense:use-m": 0.7})),
+        Rule(when="cjk", weights=Weights(**{"dense": 0.0, "bm25": 0.9, "dense:use-m": 0.1})),
         # A CJK question on a model not declared multilingual: the vectors carry little meaning.
         Rule(when="cjk", weights=Weights(dense=0.1, bm25=0.9)),
         # Any other question whose words BM25 barely finds (a paraphrase): BM25's share would pull

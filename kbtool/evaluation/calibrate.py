@@ -158,6 +158,14 @@ def _weights(w):
     return Weights.model_validate({"dense": 0.0, "bm25": 0.0, **w})
 
 
+def rule_group(rule) -> str | None:
+    """The calibration group a rule fuses: its question type; '<type>@<cut-off>' for a rule on a
+    type and BM25 coverage; None for a rule on coverage alone (or no rule)."""
+    if rule is None or rule.type is None:
+        return None
+    return f"{rule.type}@{rule.when.bm25_coverage_below}" if rule.signals else rule.type
+
+
 def weights_of(contract, types: set[str], retrievers):
     """The ``Weights`` a question of these types is fused with on a store of ``retrievers``: its
     rule's (``Contract.rule_for``, as the pipeline picks it), else fusion.weights."""
@@ -305,17 +313,29 @@ class Search:
             if not short:
                 break
             extra = [g for g in extra if g not in short]
+        from ..query.routing import bm25_coverage
+
+        cov = [bm25_coverage(it.c) for it in items]
+        # A question a rule on its type *and* its BM25 coverage fuses (built in: a Chinese question BM25
+        # barely covers) is a group of its own, '<type>@<cut-off>' (``rule_group``): tuned with enough
+        # questions and written into that rule, else scored at the rule as written.
+        held = {}
+        for i, (it, c) in enumerate(zip(items, cov)):
+            rule = contract.rule_for(set(it.types), self.retrievers, c)
+            if rule_group(rule) not in (None, *GROUPS):
+                groups[i] = rule_group(rule)
+                held[groups[i]] = normalised(rule.weights, self.retrievers)
+        counts = {g: sum(1 for gg in groups if gg == g) for g in (*GROUPS, *held)}
         for it, g in zip(items, groups):
             it.group = g
         self.counts = counts
         self.groups = np.array(groups)
-        self.own = tuple(g for g in TYPED if counts[g] >= min_count and g in (*existing, *extra))
+        self.own = tuple(g for g in (*TYPED, *held) if counts[g] >= min_count and g in (*existing, *extra, *held))
         self.fixed = {g: normalised(weights_of(contract, {g}, self.retrievers), self.retrievers) for g in existing
                       if g not in self.own}
+        self.fixed.update({g: w for g, w in held.items() if g not in self.own})
+        self.kept_rule = tuple(g for g in held if g not in self.own)  # as written: not in the proposal
         self.shared_groups = [g for g in GROUPS if g not in self.own and g not in self.fixed]
-        from ..query.routing import bm25_coverage
-
-        cov = [bm25_coverage(it.c) for it in items]
         self.coverage = np.array([np.nan if c is None else c for c in cov], dtype=float)  # NaN: below no cut-off
         self.S = np.zeros((len(CONFIGS), len(self.grid), len(items)))
         self.F = np.full((len(CONFIGS), len(items)), np.nan)
@@ -391,7 +411,7 @@ class Search:
         ``coverage_rules`` (the rule on BM25 coverage, [{bm25_coverage_below, weights}], or [])."""
         cfg = CONFIGS[ci]
         groups = {g: dict(self.grid[wmap[g]]) for g in self.own}
-        groups.update({g: dict(w) for g, w in self.fixed.items()})  # too few questions: the contract's rule
+        groups.update({g: dict(w) for g, w in self.fixed.items() if g not in self.kept_rule})  # too few questions: the contract's rule
         return {"method": cfg.method, "normalization": cfg.normalization, "rrf_k": cfg.rrf_k,
                 "weights": dict(self.grid[wmap["other"]]), "group_weights": groups,
                 "coverage_rules": [] if rule is None else [{"bm25_coverage_below": rule[0],
