@@ -46,3 +46,76 @@ def test_a_store_analysed_before_normalisation_keeps_analysing_without_it():
     assert old.normalize is None and "normalize" not in old.to_dict()
     assert Analyzer(old)("ＦａｓｔＡＰＩ") == ["ｆａｓｔａｐｉ"]
     assert AnalyzerConfig().to_dict()["normalize"] == "NFKC"
+
+
+# ---- jieba's dictionary and wordfreq's Chinese list read word by word (kbtool.store.lexicon) ---------
+def _chinese_texts() -> list[str]:
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "eval_sets"
+    qs = [json.loads(x)["text"] for x in (root / "cmrc2018" / "trial" / "queries.jsonl").read_text("utf-8").splitlines()]
+    paras = [json.loads(x)["text"] for x in (root / "cmrc2018" / "trial" / "corpus.jsonl").read_text("utf-8").splitlines()]
+    return qs[:300] + paras[:20] + ["如何在FastAPI中启用CORS？", "ＦａｓｔＡＰＩ　的请求体", "错误TW-E4031表示存储配额已满"]
+
+
+def test_jieba_words_from_disk_are_the_words_of_its_whole_dictionary(monkeypatch):
+    import jieba
+
+    import kbtool.store.lexicon as lexicon
+    from kbtool.store.analyzer import _jieba
+
+    jb = _jieba()
+    assert isinstance(jb.dt.FREQ, lexicon.Lexicon)
+    monkeypatch.setattr(lexicon, "FULL_AFTER", 10**9)  # every lookup from the file
+    whole = jieba.Tokenizer()
+    whole.initialize()
+    for text in _chinese_texts():
+        assert jb.lcut_for_search(text) == whole.lcut_for_search(text), text
+        assert jb.lcut(text, HMM=False) == whole.lcut(text, HMM=False), text
+    assert jb.dt.total == whole.total
+
+
+def test_a_lexicon_loads_whole_after_many_lookups_and_rebuilds_for_a_new_stamp(tmp_path, monkeypatch):
+    import kbtool.store.lexicon as lexicon
+
+    table = {"同步": 5.0, "冲突": 3.0, "同": 0.0}
+    built = []
+
+    def build():
+        built.append(1)
+        return table.items()
+
+    lex = lexicon.Lexicon(tmp_path / "t.sqlite", "v1", build, lambda: dict(table))
+    assert lex.get("同步") == 5.0 and "同" in lex and "异" not in lex and lex.get("异", 7) == 7
+    assert lex._full is None and len(built) == 1
+    monkeypatch.setattr(lexicon, "FULL_AFTER", 3)
+    assert lex["冲突"] == 3.0 and lex._full is not None  # the fourth lookup loaded it
+    assert lexicon.Lexicon(tmp_path / "t.sqlite", "v1", build, dict).get("同步") == 5.0 and len(built) == 1
+    table["同步"] = 9.0
+    assert lexicon.Lexicon(tmp_path / "t.sqlite", "v2", build, dict).get("同步") == 9.0 and len(built) == 2
+
+
+def test_a_lexicon_without_a_writable_cache_works_from_memory(tmp_path):
+    import kbtool.store.lexicon as lexicon
+
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder would be")  # no folder can be made there (even as root)
+    lex = lexicon.Lexicon(blocker / "t.sqlite", "v1", lambda: [("词", 2.0)], dict)
+    assert lex.get("词") == 2.0 and "字" not in lex and blocker.is_file()
+
+
+def test_chinese_word_frequencies_from_disk_are_wordfreqs():
+    import math
+
+    from wordfreq import get_frequency_dict
+
+    from kbtool.query.signals import zipf
+    from kbtool.store.analyzer import CJK, _jieba
+
+    zh = get_frequency_dict("zh")
+    words = {w for text in _chinese_texts() for w in _jieba().lcut(text) if CJK.search(w)}
+    assert len(words) > 1000
+    for w in words:
+        want = max(0.0, math.log10(zh[w]) + 9) if zh.get(w, 0) > 0 else 0.0
+        assert zipf(w) == want, w

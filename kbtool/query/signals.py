@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -81,10 +82,21 @@ def zipf(term: str) -> float:
 
 
 @lru_cache(maxsize=4)
-def _frequencies(lang: str) -> dict[str, float]:
-    from wordfreq import get_frequency_dict
+def _frequencies(lang: str):
+    """wordfreq's frequency table of ``lang``, read from disk word by word (``store.lexicon``):
+    a question looks up a few words of 330k, and wordfreq itself is never imported for them."""
+    from importlib.metadata import version
 
-    return get_frequency_dict(lang)
+    from .._env import cache_dir
+    from ..store.lexicon import Lexicon, file_stamp
+
+    def full() -> dict:
+        from wordfreq import get_frequency_dict
+
+        return get_frequency_dict(lang)
+
+    return Lexicon(Path(cache_dir()) / f"wordfreq-{lang}.sqlite", file_stamp("wordfreq", version("wordfreq"), lang),
+                   lambda: full().items(), full)
 
 
 def _share(weights: dict[str, tuple[float, bool]] | None, absent) -> float:
