@@ -225,7 +225,10 @@ def test_vectors_a_query_loaded_while_a_writer_indexed_are_not_held_past_the_wri
     from kbtool.chunk import chunk
     from kbtool.index import index
 
+    import kbtool.store.models as models
+
     monkeypatch.setattr(filtered, "NATIVE_MAX", 0)
+    monkeypatch.setattr(models, "SCAN_MAX", 0)  # Chroma's index, not the scan (tests/test_scan_search.py)
     store = _store(tmp_path, fake_embedder, DOCS)
     write(tmp_path / "public" / "new.md", "# New\n\nThe copperkettle agent stops syncing after a timeout.\n")
     assert not ingest(store, [tmp_path / "public"], IngestOptions(parse_only=True), embedder=fake_embedder).failed

@@ -104,11 +104,13 @@ class Store(ModelsView, DocumentsView, ChunksView):
         with self._lock.idle() as idle:
             if idle and self._stamp != (now := mf.stamp(self.path)):
                 self.manifest, self._stamp = mf.read(self.path), now
+                self.__dict__.pop("_scans", None)  # another process indexed: scans reload (models.search_engine)
 
     def save_manifest(self) -> None:
         self.manifest["kbtool_version"] = __version__
         write_json(self.path / "manifest.json", self.manifest)
         self._filtered.clear()  # vectors were written (index, --rebuild, a model added or dropped): held ones may be stale
+        self.__dict__.pop("_scans", None)
 
     def writer_active(self) -> bool:
         """Whether another process, or another thread of this one, holds the writer lock."""

@@ -133,7 +133,7 @@ class ChunksView:
         that is fast at the store's size (``kbtool.store.filtered``); without it, ``doc_ids``
         restricts the engine's search to these documents and ``depth`` counts every chunk of them."""
         self.check_dim(vectors, name=name)
-        engine = self.vectors_for(name)
+        engine = self.search_engine(name)
         if allowed is None:
             return engine.search(vectors, depth + extra, doc_ids)
         return self._filtered.search(self, engine, name, vectors, depth, allowed, doc_ids, extra)

@@ -10,7 +10,10 @@ import re
 from ..errors import StoreError, UsageError
 from . import manifest as mf
 from .engines import describe_vectors, engine_of, open_vectors
-from .vectors import VectorIndex
+from .vectors import CatalogVectors, ChromaVectors, VectorIndex
+
+# Chunks up to which a search scans the catalog's vectors (exact) instead of asking Chroma's HNSW.
+SCAN_MAX = 10_000
 
 
 class ModelsView:
@@ -60,6 +63,20 @@ class ModelsView:
                                                      lambda: self.embedding_spec(name).cache_key, retriever=name,
                                                      client=self._chroma_client)
         return self._extra_vectors[name]
+
+    def search_engine(self, name: str = "dense") -> VectorIndex:
+        """The engine a search of dense retriever ``name`` reads: for a store of Chroma embedded with
+        at most ``SCAN_MAX`` chunks, an exact scan of the vectors the catalog's embedding cache holds
+        for its chunks (``CatalogVectors``: the very vectors ``index`` wrote to Chroma), so a query
+        never imports chromadb (~0.4 s of a cold query) nor loads its HNSW; else the index itself."""
+        engine = self.vectors_for(name)
+        if not isinstance(engine, ChromaVectors) or self._on_server() or self.chunk_total() > SCAN_MAX:
+            return engine
+        scans = self.__dict__.setdefault("_scans", {})
+        if name not in scans:
+            scans[name] = CatalogVectors(self.path / "chroma", self.catalog, lambda: self.embedding_spec(name).cache_key,
+                                         lambda: StoreError(f"{self.path}: a search engine writes nothing"))
+        return scans[name]
 
     def _on_server(self) -> bool:
         return engine_of(self.manifest) != "chroma"
