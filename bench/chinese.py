@@ -25,9 +25,19 @@ ROOT = HERE.parent
 OUT = HERE / "out"
 
 # change -> the override that switches it off (the built-in contract has it on)
+OLD_CJK_RULES = ("retrieve.rules=[{when: cjk_identifier, weights: {dense: 0.0, bm25: 0.5, 'dense:use-m': 0.5}}, "
+                 "{when: identifier, weights: {dense: 0.3, bm25: 0.7}}, "
+                 "{when: cjk, weights: {dense: 0.0, bm25: 0.3, 'dense:use-m': 0.7}}, {when: cjk, weights: {dense: 0.1, bm25: 0.9}}, "
+                 "{when: {bm25_coverage_below: 0.25}, weights: {dense: 1.0, bm25: 0.0}}, "
+                 "{when: {bm25_coverage_below: 0.35}, weights: {dense: 0.8, bm25: 0.2}}]")
 CHANGES = {"question words (preprocess.cjk_question_words)": ["preprocess.cjk_question_words=keep"],
            # before: the cjk_identifier rule fuses as the identifier rule after it did (bm25 0.7, MiniLM 0.3)
-           "Chinese questions naming an identifier (rule cjk_identifier)": ["retrieve.rules.0.weights={dense: 0.3, bm25: 0.7}"]}
+           "Chinese questions naming an identifier (rule cjk_identifier)": ["retrieve.rules.0.weights={dense: 0.3, bm25: 0.7}"],
+           # before: every Chinese question bm25 0.3 / use-m 0.7, whatever BM25 found of it
+           "Chinese questions by BM25 coverage (rules {type: cjk, bm25_coverage_below: 0.4} and cjk)": [OLD_CJK_RULES]}
+# the sets each change is measured on (CMRC's 3,219 dev questions for the one chosen on its trial set)
+CHANGE_SETS = {"Chinese questions by BM25 coverage (rules {type: cjk, bm25_coverage_below: 0.4} and cjk)":
+               ("fastapi-zh", "sample", "cmrc-dev")}
 MODES = "bm25,dense:use-m,contract"
 
 
@@ -35,18 +45,18 @@ def _kbtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kbtool", *args], capture_output=True, text=True, cwd=ROOT)
 
 
-def _store(name: str, docs: Path) -> Path:
+def _store(name: str, docs: Path, *extra: str) -> Path:
     """A store of ``docs`` with use-m added, built once (kept in bench/out/)."""
     store = OUT / f"{name}-zh-kb"
     if not (store / "manifest.json").exists():
-        r = _kbtool("ingest", str(docs), "--store", str(store), "--add-model", "use-m", "-q")
+        r = _kbtool("ingest", str(docs), "--store", str(store), "--add-model", "use-m", "-q", *extra)
         if r.returncode not in (0, 1):
             raise SystemExit(f"bench: ingest {docs}: {r.stderr.strip()}")
     return store
 
 
-def _eval(store: Path, questions: Path, level: str, overrides: list[str]) -> dict:
-    args = ["eval", str(questions), "--store", str(store), "--modes", MODES, "--level", level, "--json"]
+def _eval(store: Path, questions: Path, level: str, overrides: list[str], modes: str = MODES) -> dict:
+    args = ["eval", str(questions), "--store", str(store), "--modes", modes, "--level", level, "--json"]
     for o in overrides:
         args += ["--set", o]
     r = _kbtool(*args)
@@ -118,18 +128,29 @@ def chinese_bench(results: dict) -> dict:
 
     t0 = time.time()
     docs = fetch("fastapi-zh", OUT / "fastapi-zh-docs", OUT / ".sdist")
+    cmrc = ROOT / "eval_sets" / "cmrc2018" / "dev"
     sets = {"fastapi-zh": (_store("fastapi", docs), ROOT / "eval_sets" / "fastapi-zh.jsonl", ["chunk", "doc"],
                            ["paraphrase", "exact-id", "how-to", "mixed"]),
             "sample": (_store("sample", ROOT / "sample_corpus"), ROOT / "eval_sets" / "sample.jsonl", ["chunk"],
-                       ["zh", "zh-paraphrase", "zh-literal"])}
+                       ["zh", "zh-paraphrase", "zh-literal"]),
+            "cmrc-dev": (_store("cmrc-dev", cmrc, "--format", "beir"), cmrc, ["doc"], [])}
     out: dict = {"changes": {}}
     for change, off in CHANGES.items():
         rows = {}
-        for name, (store, questions, levels, tags) in sets.items():
+        for name in CHANGE_SETS.get(change, ("fastapi-zh", "sample")):
+            store, questions, levels, tags = sets[name]
+            modes = MODES.replace("bm25,", "bm25,dense,") if name == "cmrc-dev" else MODES
             for level in levels:
-                rows[f"{name} {level}"] = {"before": _numbers(_eval(store, questions, level, off), tags),
-                                           "after": _numbers(_eval(store, questions, level, []), tags)}
+                rows[f"{name} {level}"] = {"before": _numbers(_eval(store, questions, level, off, modes), tags),
+                                           "after": _numbers(_eval(store, questions, level, [], modes), tags)}
         out["changes"][change] = rows
+    from zh_chunks import cuts
+
+    from kbtool.chunk import SEPARATORS
+    from zh_chunks import OLD
+
+    out["chunk_cuts"] = {name: {"before": cuts(sets[name][0], OLD), "after": cuts(sets[name][0], list(SEPARATORS))}
+                         for name in sets}
     out["routing"] = language_routing(fetch("fastapi", OUT / "fastapi-docs", OUT / ".sdist"), docs)
     from common import machine
 
@@ -145,15 +166,26 @@ def chinese_markdown(r: dict) -> list[str]:
              "`kbtool ingest DOCS --add-model use-m`, the built-in contract; each change switched off by its "
              "override for *before*; nDCG@10, and refused unanswerable / wrongly refused answerable of the contract):", ""]
     for change, rows in r["changes"].items():
-        lines += [f"**{change}**", "", "| set, level | bm25 | dense:use-m | contract | by tag (contract) | refusals (contract) |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"**{change}**", "", "| set, level | bm25 | dense (MiniLM) | dense:use-m | contract | by tag (contract) | refusals (contract) |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for where, ba in rows.items():
             b, a = ba["before"], ba["after"]
-            cells = [f"{b['ndcg@10'].get(m, '–')} → {a['ndcg@10'].get(m, '–')}" for m in ("bm25", "dense:use-m", "contract")]
+            cells = [f"{b['ndcg@10'].get(m, '–')} → {a['ndcg@10'].get(m, '–')}" if m in a["ndcg@10"] else "–"
+                     for m in ("bm25", "dense", "dense:use-m", "contract")]
             tags = ", ".join(f"{t} {b['by_tag'][t]['contract']} → {a['by_tag'][t]['contract']}" for t in a["by_tag"])
-            rb, ra = b["refusal"]["contract"], a["refusal"]["contract"]
-            lines.append(f"| {where} | " + " | ".join(cells) + f" | {tags} | {rb[0]}/{rb[1]}, {rb[2]}/{rb[3]} → "
-                         f"{ra[0]}/{ra[1]}, {ra[2]}/{ra[3]} |")
+            rb, ra = b["refusal"].get("contract"), a["refusal"].get("contract")
+            refusals = f"{rb[0]}/{rb[1]}, {rb[2]}/{rb[3]} → {ra[0]}/{ra[1]}, {ra[2]}/{ra[3]}" if rb and rb[1] else "–"
+            lines.append(f"| {where} | " + " | ".join(cells) + f" | {tags} | {refusals} |")
+        lines.append("")
+    if r.get("chunk_cuts"):
+        lines += ["**Where chunking cuts Chinese text** (`bench/zh_chunks.py`: every document chunked again by the "
+                  "splitter before (a Chinese sentence ends only at 。) and after (。！？ end a sentence, ；，、 a clause)):", "",
+                  "| set | chunks | cuts of a unit too long for one chunk | in Chinese text | not at a sentence end | inside a word |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for name, ba in r["chunk_cuts"].items():
+            b, a = ba["before"], ba["after"]
+            lines.append(f"| {name} | " + " | ".join(f"{b[k]} → {a[k]}" for k in
+                                                    ("chunks", "cuts", "in_chinese", "not_at_sentence_end", "inside_a_word")) + " |")
         lines.append("")
     if r.get("routing"):
         lines += ["**Language routing** (`retrieve.language.route`; FastAPI's English and Chinese docs in one store, "
