@@ -32,6 +32,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from common import gathered_once  # noqa: E402
 
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 SETS = {"cmrc-trial": (ROOT / "eval_sets" / "cmrc2018" / "trial", HERE / "out" / "cmrc-trial-kb", None),
@@ -93,8 +96,8 @@ def one_set(name: str, grid: str = "weights") -> dict:
     from kbtool.evaluation.metrics import score
     from kbtool.evaluation.questions import DEFAULT_DEPTH, load_questions
     from kbtool.evaluation.units import EvidenceMatcher, level_of, units
-    from kbtool.query.pipeline import Searcher, fusion_rule
-    from kbtool.query.routing import bm25_coverage, gathered_for, store_retrievers
+    from kbtool.query.pipeline import fusion_rule
+    from kbtool.query.routing import bm25_coverage, store_retrievers
     from kbtool.store import Store
 
     qpath, spath, tag = SETS[name]
@@ -102,13 +105,8 @@ def one_set(name: str, grid: str = "weights") -> dict:
     qs = [q for q in load_questions(qpath).questions if q.answerable and (tag is None or tag in q.tags)]
     base = default_contract()
     vs = variants(base, grid)
-    searcher = Searcher.of(store, base)
-    t0 = time.perf_counter()
-    cands = searcher.gather([q.question for q in qs], depth=DEFAULT_DEPTH,
-                            retrievers=gathered_for(store, list(vs.values())))
-    gather_s = time.perf_counter() - t0
+    searcher, cands, rows, gather_s = gathered_once(store, base, [q.question for q in qs], vs)
     matcher = EvidenceMatcher(store)
-    rows = [store.chunks_by_id(c.ids) for c in cands]
     available = store_retrievers(store)
     rules = []
     for c in cands:

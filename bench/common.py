@@ -15,3 +15,20 @@ def machine() -> str:
     except Exception:
         pass
     return f"{platform.machine()}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}"
+
+
+def gathered_once(store, base, questions: list[str], variants: dict):
+    """Candidates of every question gathered once for what any of ``variants`` ({name: contract})
+    runs, as ``eval`` gathers them: (searcher over ``base``, candidates, each one's chunk rows,
+    seconds the gathering took)."""
+    import time
+
+    from kbtool.evaluation.questions import DEFAULT_DEPTH
+    from kbtool.query.pipeline import Searcher
+    from kbtool.query.routing import gathered_for
+
+    searcher = Searcher.of(store, base)
+    t0 = time.perf_counter()
+    cands = searcher.gather(questions, depth=DEFAULT_DEPTH, retrievers=gathered_for(store, list(variants.values())))
+    seconds = time.perf_counter() - t0
+    return searcher, cands, [store.chunks_by_id(c.ids) for c in cands], seconds

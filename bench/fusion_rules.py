@@ -25,6 +25,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from common import gathered_once  # noqa: E402
 
 CUTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 DENSE = (0.8, 0.9, 1.0)
@@ -63,8 +66,7 @@ def one_set(name: str, store_path: Path, questions: Path) -> dict:
     from kbtool.evaluation.metrics import score
     from kbtool.evaluation.questions import DEFAULT_DEPTH, load_questions
     from kbtool.evaluation.units import EvidenceMatcher, level_of, units
-    from kbtool.query.pipeline import Searcher
-    from kbtool.query.routing import bm25_coverage, gathered_for
+    from kbtool.query.routing import bm25_coverage
     from kbtool.store import Store
 
     store = Store.open(store_path)
@@ -72,13 +74,8 @@ def one_set(name: str, store_path: Path, questions: Path) -> dict:
     answerable = [q for q in qs.questions if q.answerable]
     base = without_coverage_rules(default_contract())
     vs = variants(base)
-    searcher = Searcher.of(store, base)
-    t0 = time.perf_counter()
-    cands = searcher.gather([q.question for q in answerable], depth=DEFAULT_DEPTH,
-                            retrievers=gathered_for(store, list(vs.values())))
-    t_gather = time.perf_counter() - t0
+    searcher, cands, rows, t_gather = gathered_once(store, base, [q.question for q in answerable], vs)
     matcher = EvidenceMatcher(store)
-    rows = [store.chunks_by_id(c.ids) for c in cands]
     ndcg: dict[str, list[float]] = {}
     spent: dict[str, float] = {}
     for vname, contract in vs.items():
