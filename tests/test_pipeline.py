@@ -140,7 +140,7 @@ def test_a_question_bm25_barely_covers_is_fused_by_the_coverage_rule(sample_stor
     ans = retrieve(sample_store, contract(f"trace.path={trace}"), PARAPHRASE, embedder=embedder)
     assert ans.processed.types == ["other"] and ans.weights == {"dense": 1.0}
     assert ans.rule["when"] == {"bm25_coverage_below": 0.25} and ans.rule["bm25_coverage"] < 0.25
-    assert ans.rule["index"] == 4 and ans.to_dict()["rule"] == ans.rule  # after the four type rules
+    assert ans.rule["index"] == 5 and ans.to_dict()["rule"] == ans.rule  # after the five type rules (cjk's own coverage rule among them)
     assert json.loads(trace.read_text())["rule"] == ans.rule
     dense = retrieve(sample_store, contract("retrieve.fusion.method=dense"), PARAPHRASE, embedder=embedder)
     assert [h.chunk_id for h in ans.hits] == [h.chunk_id for h in dense.hits]
