@@ -95,3 +95,23 @@ def test_a_scan_loaded_before_the_writer_embedded_is_not_kept_past_the_write(tmp
     assert "new.md#0" not in {c for c, _ in store.dense_search(vecs, 5)[0]}
     index(store, embedder=fake_embedder)
     assert store.dense_search(vecs, 5)[0][0][0] == "new.md#0"
+
+
+def test_a_store_whose_catalog_lacks_vectors_is_searched_by_its_index(tmp_path, fake_embedder):
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+    from kbtool.store.vectors import CatalogVectors, ChromaVectors
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"d{i}.md").write_text(f"# Page {i}\n\nThe agent retries upload number {i}.\n")
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [docs], embedder=fake_embedder).failed
+    assert isinstance(store.search_engine(), CatalogVectors)
+    with store.catalog.transaction() as db:
+        db.execute("DELETE FROM embeddings WHERE rowid IN (SELECT rowid FROM embeddings LIMIT 1)")
+    store.save_manifest()  # as any write does: the scan is looked at again
+    assert isinstance(store.search_engine(), ChromaVectors)
+    vecs = fake_embedder.embed_queries(["upload number"])
+    assert len(store.dense_search(vecs, 10)[0]) == 3  # Chroma still holds every chunk

@@ -76,7 +76,9 @@ class ModelsView:
         if name not in scans:
             scans[name] = CatalogVectors(self.path / "chroma", self.catalog, lambda: self.embedding_spec(name).cache_key,
                                          lambda: StoreError(f"{self.path}: a search engine writes nothing"))
-        return scans[name]
+        # A chunk whose vector the catalog lacks (a writer at work, an embedding cache emptied by hand):
+        # the index answers, whatever it holds.
+        return scans[name] if scans[name].count() >= self.chunk_total() else engine
 
     def _on_server(self) -> bool:
         return engine_of(self.manifest) != "chroma"
