@@ -131,51 +131,39 @@ def _proper_nouns(text: str) -> list[Named]:
         if at < 0:
             continue
         pos = at + len(word)
-        if word in proper and CJK.search(word) and len(word) > 1:
-            out.append(Named(word, f"proper_{proper[word]}", at, pos))
+        tag = proper.get(word) if CJK.search(word) and len(word) > 1 else None
+        if tag:
+            out.append(Named(word, f"proper_{tag}", at, pos))
     return out
 
 
 @lru_cache(maxsize=1)
-def _proper_words() -> dict[str, str]:
+def _proper_words():
     """word -> tag for the words jieba's dictionary tags ``PROPER_TAGS``, read from its dict.txt once
-    and kept (marshal) where kbtool caches jieba's dictionary: importing ``jieba.posseg`` reads all
-    349k tags (~0.6 s of a cold query), this table ~50 ms."""
-    import marshal
+    into a ``store.lexicon.Lexicon`` beside jieba's own: importing ``jieba.posseg`` reads all 349k
+    tags (~0.6 s of a cold query)."""
     import os
 
     import jieba
 
     from .._env import cache_dir
     from ..store.analyzer import _jieba
+    from ..store.lexicon import Lexicon, file_stamp
 
-    source = _jieba().dt.get_dict_file()
-    name = getattr(source, "name", jieba.DEFAULT_DICT_NAME)
-    stamp = f"{jieba.__version__}:{name}:{os.path.getsize(name) if os.path.exists(str(name)) else 0}:{PROPER_TAGS}"
-    cached = Path(cache_dir()) / "jieba-proper-tags.marshal"
-    try:
-        with open(cached, "rb") as f:
-            kept_stamp, table = marshal.load(f)
-        if kept_stamp == stamp:
-            source.close()
-            return table
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    table = {}
-    with source:
-        for line in source:
-            parts = line.decode("utf-8").split()
-            if len(parts) == 3 and parts[2] in PROPER_TAGS:
-                table[parts[0]] = parts[2]
-    tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            marshal.dump((stamp, table), f)
-        os.replace(tmp, cached)
-    except OSError:  # a read-only cache: the table is read again next time
-        tmp.unlink(missing_ok=True)
-    return table
+    source = _jieba().dt.dictionary or os.path.join(os.path.dirname(jieba.__file__), jieba.DEFAULT_DICT_NAME)
+
+    def full() -> dict:
+        table = {}
+        with open(source, "rb") as f:
+            for line in f:
+                parts = line.decode("utf-8").split()
+                if len(parts) == 3 and parts[2] in PROPER_TAGS:
+                    table[parts[0]] = parts[2]
+        return table
+
+    stamp = file_stamp("jieba-tags", jieba.__version__, source, os.path.getsize(source), int(os.path.getmtime(source)),
+                       *PROPER_TAGS)
+    return Lexicon(Path(cache_dir()) / "jieba-proper-tags.sqlite", stamp, lambda: full().items(), full)
 
 
 @dataclass(frozen=True)

@@ -86,10 +86,8 @@ class Lexicon:
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(tmp)
-            db.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v) WITHOUT ROWID")
+            db = self._filled(sqlite3.connect(tmp))
             db.execute("CREATE TABLE meta (k TEXT PRIMARY KEY, v)")
-            db.executemany("INSERT OR REPLACE INTO t VALUES (?, ?)", self._build())
             db.execute("INSERT INTO meta VALUES ('stamp', ?)", (self.stamp,))
             db.commit()
             db.close()
@@ -99,11 +97,13 @@ class Lexicon:
                 Path(tmp).unlink(missing_ok=True)
             except OSError:
                 pass
-            db = sqlite3.connect(":memory:", check_same_thread=False)
-            db.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v) WITHOUT ROWID")
-            db.executemany("INSERT OR REPLACE INTO t VALUES (?, ?)", self._build())
-            return db
-        return self._open() or sqlite3.connect(":memory:", check_same_thread=False)
+            return self._filled(sqlite3.connect(":memory:", check_same_thread=False))
+        return self._open() or self._filled(sqlite3.connect(":memory:", check_same_thread=False))
+
+    def _filled(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        db.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v) WITHOUT ROWID")
+        db.executemany("INSERT OR REPLACE INTO t VALUES (?, ?)", self._build())
+        return db
 
 
 _MISSING = object()
