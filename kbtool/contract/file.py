@@ -131,7 +131,7 @@ def _fused(retrieve, p: FusionProposal):
     rules = list(retrieve.rules)
     for group, ws in _wanted(p, shared).items():
         matching = [i for i, r in enumerate(rules)
-                    if _group_of(r.model_dump(mode="json")) == group and not _skipped_here(_as_written(r.weights), ws)][:1]
+                    if rule_group(r) == group and not _skipped_here(_as_written(r.weights), ws)][:1]
         if not matching and group != "other" and "@" not in group:
             rules.append(Rule(when=group, weights=Weights.model_validate({n: round(w, 4) for n, w in ws.items()})))
         for i in (i for i in matching if not _fuses_as(_as_written(rules[i].weights), ws)):
@@ -143,13 +143,18 @@ def _fused(retrieve, p: FusionProposal):
     return retrieve.model_copy(update={"fusion": retrieve.fusion.model_copy(update=fusion), "rules": rules})
 
 
-def _group_of(rule) -> str | None:
-    """The calibration group a rule as written (a mapping) fuses: its type, '<type>@<cut-off>' for a
-    rule on a type and BM25 coverage (``evaluation.calibrate.rule_group``), None on coverage alone."""
+def rule_group(rule) -> str | None:
+    """The calibration group a rule fuses (a ``Rule``, or a rule as written: a mapping): its question
+    type; '<type>@<cut-off>' for a rule on a type and BM25 coverage; None for a rule on coverage alone
+    (or no rule). ``evaluation.calibrate`` groups questions by it and the writers find rules by it."""
+    if rule is not None and not hasattr(rule, "get"):
+        rule = rule.model_dump(mode="json")
     when = rule.get("when") if hasattr(rule, "get") else None
-    if hasattr(when, "get"):
-        return f"{when.get('type')}@{when.get('bm25_coverage_below')}" if when.get("type") else None
-    return when
+    if not hasattr(when, "get"):
+        return when
+    if not when.get("type"):
+        return None
+    return when["type"] if when.get("bm25_coverage_below") is None else f"{when['type']}@{when['bm25_coverage_below']}"
 
 
 def _when_of(rule) -> tuple[str | None, bool]:
@@ -236,7 +241,7 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
         # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
         # that weighs no bundled retriever the store lacks) takes the weights: the others stay
         # as written, for a store with (or without) that retriever.
-        matching = [r for r in rules if _group_of(r) == group and not _skipped_here(r.get("weights"), ws)][:1]
+        matching = [r for r in rules if rule_group(r) == group and not _skipped_here(r.get("weights"), ws)][:1]
         if not matching and (group == "other" or "@" in group):
             continue  # "other" questions use fusion.weights
         if not matching:

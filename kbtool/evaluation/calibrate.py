@@ -52,6 +52,7 @@ from .. import __version__
 from ..errors import InputError, UsageError
 from . import negatives as neg
 from .compare import best_single as best_single_of, sign_flip_p
+from ..contract.file import rule_group
 from .metrics import parse_metric, score
 from .provenance import question_set_record, store_fingerprint
 from .questions import DEFAULT_DEPTH
@@ -156,14 +157,6 @@ def _weights(w):
     if not isinstance(w, dict):
         w = {"dense": w, "bm25": round(1 - w, 4)}  # as calibrated_text writes them
     return Weights.model_validate({"dense": 0.0, "bm25": 0.0, **w})
-
-
-def rule_group(rule) -> str | None:
-    """The calibration group a rule fuses: its question type; '<type>@<cut-off>' for a rule on a
-    type and BM25 coverage; None for a rule on coverage alone (or no rule)."""
-    if rule is None or rule.type is None:
-        return None
-    return f"{rule.type}@{rule.when.bm25_coverage_below}" if rule.signals else rule.type
 
 
 def weights_of(contract, types: set[str], retrievers):
