@@ -131,24 +131,12 @@ def test_help_does_not_import_heavy_libraries():
     assert out.stdout.strip() == "[]"
 
 
-def test_every_command_and_option_is_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
+def test_every_command_has_a_page_in_the_docs():
+    """Options are held to the docs by tests/test_docs.py; here, that each command is named there."""
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md"))
     for command in COMMANDS:
-        assert f"kbtool {command}" in readme, command
-        r = run(command, "--help")
-        assert r.exit_code == 0
-        for option in set(re.findall(r"(--[a-z][a-z-]+)", r.stdout)) - {"--help"}:
-            assert option in readme, f"{command} {option} is not documented in README.md"
-
-
-def test_contract_subcommands_and_options_are_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    assert "kbtool contract init|show|validate" in readme
-    for sub in ("init", "show", "validate"):
-        r = run("contract", sub, "--help")
-        assert r.exit_code == 0
-        for option in set(re.findall(r"(--[a-z][a-z-]+)", r.stdout)) - {"--help"}:
-            assert option in readme, f"contract {sub} {option} is not documented in README.md"
+        assert f"kbtool {command}" in docs, command
+    assert "kbtool contract init|show|validate" in docs
 
 
 @pytest.mark.slow

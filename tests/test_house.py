@@ -1,4 +1,4 @@
-"""The README's house table is the layout as it stands: every module of ``kbtool/`` is named in
+"""The house table (docs/house.md) is the layout as it stands: every module of ``kbtool/`` is named in
 it (and nothing else), no file is longer than its row allows, no import runs from a floor up to a
 higher one, and the functions of the rooms that regrew before stay short. Pure reading of files:
 no model, no store."""
@@ -16,8 +16,7 @@ SHORT_FUNCTIONS = ("query", "contract", "cli", "serve")
 
 
 def _house_rows() -> list[dict]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The house (how the code is laid out)", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "house.md").read_text(encoding="utf-8")
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -28,7 +27,7 @@ def _house_rows() -> list[dict]:
         names = re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", modules))
         rows.append({"floor": int(floor), "rooms": re.findall(r"`([\w.]+/?)`", rooms), "modules": names,
                      "limit": int(limit), "overrides": overrides})
-    assert rows, "README: the house table is missing"
+    assert rows, "docs/house.md: the house table is missing"
     return rows
 
 
@@ -54,8 +53,8 @@ def test_the_table_names_every_module_and_nothing_else():
     actual = set(PKG.rglob("*.py"))
     missing = sorted(str(p.relative_to(ROOT)) for p in actual - set(files))
     extra = sorted(str(p.relative_to(ROOT)) for p in set(files) - actual)
-    assert not missing, f"README house table does not name: {missing}"
-    assert not extra, f"README house table names files that do not exist: {extra}"
+    assert not missing, f"the house table (docs/house.md) does not name: {missing}"
+    assert not extra, f"the house table (docs/house.md) names files that do not exist: {extra}"
 
 
 def test_no_file_is_longer_than_its_row_allows():

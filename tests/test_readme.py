@@ -1,4 +1,4 @@
-"""The README's examples run: every code block marked `<!-- runnable -->` is executed as it stands,
+"""The examples of the README and docs/ run: every code block marked `<!-- runnable -->` is executed as it stands,
 in a fresh folder holding a copy of sample_corpus/ (as a user would from the repository's root)."""
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ from .conftest import ROOT
 BLOCK = re.compile(r"^<!-- runnable -->\n```(\w+)\n(.*?)^```", re.S | re.M)
 
 
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
 def runnable_blocks() -> list[tuple[str, str]]:
-    return BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+    return [block for path in DOC_FILES for block in BLOCK.findall(path.read_text(encoding="utf-8"))]
 
 
 def test_the_readme_marks_its_python_example_runnable():
-    langs = [lang for lang, _ in runnable_blocks()]
+    langs = [lang for lang, _ in BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))]
     assert "python" in langs
 
 
