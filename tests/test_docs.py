@@ -258,3 +258,18 @@ def test_the_site_builds_strict(tmp_path):
     assert "--fail-under-recorded" in page and "kbtool:help" not in page  # the reference was generated
     contract = (tmp_path / "site" / "contract" / "index.html").read_text(encoding="utf-8")
     assert "retrieve.top_k" in contract and "decide.thresholds.answer" in contract
+
+
+def test_the_mcp_client_configurations_start_a_server_kbtool_has():
+    """Each `<!-- mcp-config -->` snippet is valid JSON whose args are `kbtool serve` options."""
+    text = (DOCS / "commands" / "serve.md").read_text(encoding="utf-8")
+    snippets = re.findall(r"<!-- mcp-config -->\n```json\n(.*?)```", text, re.S)
+    assert len(snippets) >= 2
+    options = hooks.options_of("serve")
+    for snippet in snippets:
+        config = json.loads(snippet)
+        (server,) = (config.get("mcpServers") or config["servers"]).values()
+        assert server["command"].endswith("kbtool")
+        args = server["args"]
+        assert args[:3] == ["serve", "--mcp", "stdio"], args
+        assert {a for a in args if a.startswith("--")} <= options, args
