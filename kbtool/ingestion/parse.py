@@ -318,9 +318,16 @@ def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: Ma
             progress(min(done, len(cleaned.text)), len(cleaned.text))
     if extra is not None:
         extra["title"] = title
-    pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
+    # A heading of the page takes the anchor written on its line; an included one the next anchor
+    # written on a heading with its text (equal headings keep their own ids).
+    own = dict(cleaned.anchor_lines)
+    pending = list(cleaned.anchors)
+    for ident in own.values():
+        pending.pop(next(n for n, (_, a) in enumerate(pending) if a == ident))
     for b in blocks:
-        if b.kind == "title":
+        if b.kind == "title" and b.lines and not b.source and b.lines[0] in own:
+            b.anchor = own.pop(b.lines[0])
+        elif b.kind == "title":
             key = plain_heading(b.text)
             k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
             if k is not None:
