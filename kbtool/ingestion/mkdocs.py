@@ -10,7 +10,8 @@ it), or holds one (a ``mkdocs.yml`` in the folder ingested: its ``docs_dir`` hol
   ``slugify`` (default ``markdown.extensions.toc.slugify``; ``pymdownx.slugs.slugify(case=...)``,
   ``markdown.extensions.toc.slugify_unicode``) and ``separator``, called as MkDocs calls them, on the
   heading's text as Python-Markdown renders it, made unique per page as ``toc`` does (``_1``, ``_2``);
-* ``nav`` titles name the pages that have no ``#`` title.
+* ``nav`` titles name the pages that have no ``#`` title;
+* ``exclude_docs`` and ``draft_docs`` say which files the built site leaves out: they get no URL.
 
 The YAML is read safely: ``!!python/name:`` and ``!!python/object/apply:`` tags become references
 that are never imported or run, except the slugify functions of Python-Markdown
@@ -262,6 +263,8 @@ class Site:
     separator: str = "-"
     attr_list: bool = False
     nav: dict = field(default_factory=dict)
+    # exclude_docs and draft_docs (gitignore lines) with MkDocs' own defaults: files `mkdocs build` leaves out
+    unpublished: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     slugs: bool = True  # the slugify can be called here
 
@@ -292,7 +295,8 @@ class Site:
                 # the pages' folder relative to the root (the root holds mkdocs.yml), or the root's
                 # folder relative to docs_dir (the root is docs_dir or a folder in it)
                 "docs_dir": self.docs_dir.relative_to(self.root).as_posix() if inside else ".",
-                "root_in_docs": "" if inside else self.root.relative_to(self.docs_dir).as_posix()}
+                "root_in_docs": "" if inside else self.root.relative_to(self.docs_dir).as_posix(),
+                **({"unpublished": list(self.unpublished)} if self.unpublished else {})}
 
     def summary(self, base_url: str | None, base_from: str | None) -> dict:
         """The ingest report's entry for this site."""
@@ -359,4 +363,13 @@ def _site(config: Path, data: dict, docs_dir: Path, root: Path) -> Site:
         site.slugs = False
         site.notes.append(str(exc))
     site.nav = _nav_titles(data.get("nav"))
+    hidden = [line for key in ("exclude_docs", "draft_docs") if isinstance(data.get(key), str)
+              for line in data[key].splitlines()]
+    if hidden:
+        site.unpublished = [".*", "/templates/", *hidden]  # MkDocs' defaults, then the site's
+        import importlib.util
+
+        if importlib.util.find_spec("pathspec") is None:
+            site.notes.append("exclude_docs/draft_docs need pathspec to be read (pip install pathspec): the pages "
+                              "they leave out of the site are cited as if published")
     return site

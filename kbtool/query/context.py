@@ -3,6 +3,7 @@ token budget, built from the contract's template."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 
 MIN_SOURCE_TOKENS = 16  # room for at least the start of one source
 
@@ -45,6 +46,9 @@ def mkdocs_url(doc_id: str, site: dict) -> str | None:
         doc_id = doc_id[len(docs) + 1:]
     elif site.get("root_in_docs"):
         doc_id = site["root_in_docs"] + "/" + doc_id
+    hidden = _unpublished(tuple(site.get("unpublished") or ()))
+    if hidden is not None and hidden.match_file(doc_id):  # exclude_docs, draft_docs: not on the built site
+        return None
     parent, name = split(doc_id)
     stem, ext = splitext(name)
     if ext.lower() not in (".md", ".markdown", ".mdown", ".mkdn", ".mkd"):
@@ -55,6 +59,19 @@ def mkdocs_url(doc_id: str, site: dict) -> str | None:
     if directory and split(dest)[1] == "index.html":
         dest = split(dest)[0] + "/" if split(dest)[0] else ""
     return quote(dest)
+
+
+@lru_cache(maxsize=16)
+def _unpublished(lines: tuple):
+    """MkDocs' matcher of the files a build leaves out (gitignore lines, as MkDocs reads them), or
+    None (no lines, or pathspec not installed: ingest said so)."""
+    if not lines:
+        return None
+    try:
+        import pathspec
+    except ImportError:
+        return None
+    return pathspec.gitignore.GitIgnoreSpec.from_lines(list(lines))
 
 
 def hit_url(hit, base_url: str | None = None) -> str:
