@@ -109,31 +109,35 @@ def _splitter(size: int, overlap: int, count: Counter, separators: list[str] | N
 
 def chunk_blocks(title: str, blocks: list[Block], params: ChunkParams, count: Counter) -> list[ChunkDraft]:
     """Chunk one document's blocks. ``params`` must already be resolved."""
-    sections: list[tuple[list[str], list[_Unit]]] = []
-    anchors: dict[tuple, str] = {}  # section path -> anchor of its heading
+    sections: list[tuple[list[str], list[_Unit], str | None]] = []
+    # section path -> anchor of the heading in force for it: a repeated heading (two "## Options" on a
+    # page) brings its own, so each of its sections is cited at its own anchor
+    anchors: dict[tuple, str | None] = {}
+    heading = False  # a heading came since the last section began: what follows is a section of its own
     pos = 0
     for i, block in enumerate(blocks):
         start = pos
         pos += len(block.text) + 2  # blocks are joined with "\n\n" in the document text
         if block.kind == "title":
-            if block.anchor:
-                anchors[tuple(block.section)] = block.anchor
+            anchors[tuple(block.section)] = block.anchor
+            heading = True
             nxt = blocks[i + 1] if i + 1 < len(blocks) else None
             has_body = nxt is not None and (nxt.kind != "title" or (nxt.depth or 0) > (block.depth or 0))
             if has_body:
                 continue  # the heading lives in the section path of what follows
             # A heading with nothing under it (or a heading-only document) is content itself.
             block = Block("text", block.text, block.section, block.page, lines=block.lines, source=block.source)
-        if not sections or sections[-1][0] != block.section:
-            sections.append((block.section, []))
+        if not sections or sections[-1][0] != block.section or heading:
+            sections.append((block.section, [], next((anchors[tuple(block.section[:n])] for n in
+                                                      range(len(block.section), 0, -1)
+                                                      if anchors.get(tuple(block.section[:n]))), None)))
+            heading = False
         sections[-1][1].append(_Unit(block.kind, block.text, start, block.page, block.lines, block.source))
 
     drafts: list[ChunkDraft] = []
-    for section, units in sections:
+    for section, units, anchor in sections:
         prefix = make_prefix(title, section) if params.prefix else ""
         section_path = SEP.join(section)
-        anchor = next((anchors[tuple(section[:n])] for n in range(len(section), 0, -1)
-                       if tuple(section[:n]) in anchors), None)
         # count() includes [CLS] and [SEP] once per call: do not charge them twice.
         budget = params.size - (count(prefix + "\n\n") - count("") if prefix else 0)
         budget = max(budget, params.size // 2)

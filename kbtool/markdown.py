@@ -155,6 +155,14 @@ def inline_text(token, *, heading: bool = False) -> str:
     return "\n".join(line.strip() for line in text.strip().split("\n"))
 
 
+def heading_name(token) -> str:
+    """A heading's text as Python-Markdown's ``toc`` reads it to make its id (MkDocs): text, code
+    and link text; tags, images and footnote references gone; whitespace collapsed."""
+    parts = [c.content if c.type in ("text", "code_inline") else " " if c.type in ("softbreak", "hardbreak") else ""
+             for c in token.children or []]
+    return " ".join("".join(parts).split())
+
+
 def _fenced(token) -> str:
     """A code block as written: its fences and language (other info-string words go); an indented
     block gets a fence longer than any backtick run in it."""
@@ -179,8 +187,9 @@ class _Walk:
     """Tokens → Blocks, carrying the heading stack across pieces of one document."""
 
     def __init__(self, line_map: list[int] | None, headings: list[_Heading] | None = None,
-                 line_src: list | None = None):
+                 line_src: list | None = None, names: list | None = None):
         self.line_map = line_map
+        self.names = names  # (title block or None, heading_name) per heading, when asked for
         self.line_src = line_src if line_src and any(line_src) else None
         self.headings: list[_Heading] = list(headings or [])
         self.blocks: list[Block] = []
@@ -237,6 +246,8 @@ class _Walk:
                                              self.lines(tok.map, offset), source=self.source(tok.map, offset)))
                     if level == 1 and self.title is None:
                         self.title = text
+                if self.names is not None:
+                    self.names.append((self.blocks[-1] if text else None, heading_name(inline)))
                 i += 3
                 continue
             if t == "list_item_open":
@@ -281,12 +292,14 @@ class _Walk:
 
 
 def parse_blocks(text: str, line_map: list[int] | None = None, *, headings: list | None = None,
-                 offset: int = 0, line_src: list | None = None) -> tuple[list[Block], list, str | None]:
+                 offset: int = 0, line_src: list | None = None,
+                 names: list | None = None) -> tuple[list[Block], list, str | None]:
     """Blocks of Markdown ``text`` (already cleaned). ``line_map`` maps lines of the whole cleaned
     text to source lines (``line_src``: to an included file's lines, where an include brought
     them); ``offset``: where ``text`` starts in it (a piece of a big document); ``headings``: the
     heading stack in force before it. Returns (blocks, heading stack after, the first ``#``
-    heading's text or None)."""
-    walk = _Walk(line_map, headings, line_src)
+    heading's text or None). ``names``: a list to append (title block or None, ``heading_name``)
+    to for every heading, in order."""
+    walk = _Walk(line_map, headings, line_src, names)
     walk.run(parser().parse(text), offset)
     return walk.blocks, walk.headings, walk.title

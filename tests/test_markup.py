@@ -390,3 +390,18 @@ def test_anchor_of_a_heading_with_inline_markup_reaches_the_chunk(tmp_path):
     assert r.exit_code == 0, r.output
     r = run("query", "ocelot", "--store", tmp_path / "kb", "-m", "bm25", "--json")
     assert json.loads(r.stdout)["hits"][0]["anchor"] == "flag"
+
+
+def test_a_repeated_heading_keeps_the_anchor_written_on_it_and_its_chunks_cite_it(tmp_path):
+    # before: anchors went to headings by their text (the second "Options" took "third"), and chunks
+    # took the anchor of the last heading with their section path (both "Options" sections: "third")
+    from kbtool.chunk import ChunkParams, chunk_blocks
+    from kbtool.ingestion.parse import parse_file
+
+    page = write(tmp_path / "p.md", "# T\n\n## Options {#first}\n\nalpha\n\n## Options\n\nbeta\n\n"
+                 "## Options {#third}\n\ngamma\n\n## Options\n\ndelta\n")
+    doc = parse_file(page, "p.md")
+    assert [b.anchor for b in doc.blocks if b.kind == "title"] == [None, "first", None, "third", None]
+    chunks = chunk_blocks(doc.title, doc.blocks, ChunkParams(64, 0, 128), lambda t: len(t.split()))
+    assert [(c.text, c.anchor) for c in chunks] == [("alpha", "first"), ("beta", None), ("gamma", "third"),
+                                                    ("delta", None)]

@@ -134,10 +134,15 @@ def _render(report, store_path, quiet: bool) -> None:
     for mv in report.moved:
         out.print(f"moved: {mv['documents']} documents now come from {mv['to']} (were {mv['from']})",
                   highlight=False, markup=False)
+    for site in report.mkdocs:
+        out.print(mkdocs_line(site), highlight=False, markup=False)
+        for note in site["notes"]:
+            err.print(f"warning: {site['config']}: {note}", highlight=False, markup=False)
     m = report.markup
     if m:
         parts = [f"{m[k]} {label}" for k, label in (
             ("front_matter_invalid", "'---' block(s) that are not YAML (kept as text)"), ("anchors", "heading anchors"),
+            ("mkdocs_ids", "heading ids from mkdocs.yml"),
             ("admonitions", "admonitions"), ("includes_resolved", "includes resolved"),
             ("includes_missing", "includes missing (removed)"), ("code_html_lines", "code lines stripped of HTML"),
             ("diagram_lines_dropped", "diagram lines dropped")) if m.get(k)]
@@ -166,6 +171,25 @@ def _render(report, store_path, quiet: bool) -> None:
     if not quiet:
         for s in report.skipped:
             err.print(f"[dim]skipped {s['path']}: {s['reason']}[/]", highlight=False)
+
+
+def mkdocs_line(site: dict) -> str:
+    """'mkdocs.yml: site_url https://…/, slugify pymdownx.slugs.slugify(case=lower) (/repo/mkdocs.yml)'."""
+    from pathlib import Path
+
+    if site["base_url_from"] in ("--base-url", "data.sources"):
+        url = f"base URL {site['base_url']} from {site['base_url_from']}" + (
+            f" (its site_url {site['site_url']} not used)" if site["site_url"] and site["site_url"] != site["base_url"] else "")
+    else:
+        url = f"site_url {site['site_url']}" if site["site_url"] else "no site_url (citations stay path:line; --base-url sets one)"
+    parts = [url, f"slugify {site['slugify']}" if site["slugify"] else "no heading ids (explicit ones only)"]
+    if site["separator"] != "-":
+        parts.append(f"separator {site['separator']!r}")
+    if not site["use_directory_urls"]:
+        parts.append("pages as .html (use_directory_urls: false)")
+    if site["nav_titles"]:
+        parts.append(f"{site['nav_titles']} nav titles")
+    return f"{Path(site['config']).name}: " + ", ".join(parts) + f" ({site['config']})"
 
 
 def kept_lines(kept: dict, shown: int = FIRST_FAILURES) -> list[str]:

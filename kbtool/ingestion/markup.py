@@ -107,6 +107,7 @@ class Cleaned:
     metadata: dict = field(default_factory=dict)
     title: str | None = None
     anchors: list = field(default_factory=list)  # (heading text, anchor id), in document order
+    anchor_lines: dict = field(default_factory=dict)  # source line -> anchor id, of the page's own headings
     includes: dict = field(default_factory=dict)  # included file -> sha256, to notice when it changes
     line_map: list = field(default_factory=list)  # output line index -> source line number (1-based)
     stats: dict = field(default_factory=dict)
@@ -310,6 +311,8 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
         title = title[: a.start()].rstrip()
         if ident:
             cleaned.anchors.append((plain_heading(title), ident))
+            if not _depth:
+                cleaned.anchor_lines[src] = ident
         stats["anchors"] = stats.get("anchors", 0) + 1
         return title
 
@@ -385,6 +388,8 @@ def clean_markdown(text: str, rules: MarkupRules = MarkupRules(), *, doc_path: P
                     if _HEADING.match(line) and c.group(1).startswith("#"):
                         cleaned.anchors.append((plain_heading(_JSX_COMMENT.sub("", line).lstrip("#").strip()),
                                                 c.group(1)[1:].strip()))
+                        if not _depth:
+                            cleaned.anchor_lines[src] = c.group(1)[1:].strip()
                 line = _JSX_COMMENT.sub("", line)
                 if not line.strip():
                     out.add("", src)

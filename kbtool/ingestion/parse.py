@@ -185,6 +185,8 @@ class MarkupContext:
     ingest_root: Path | None = None
     include_root: Path | None = None
     excluded: "object" = None  # rel path -> True when ingest excludes it (includes must not read it)
+    # a MkDocs page: what its mkdocs.yml says about it (ingestion.mkdocs.Site.parse_options), else None
+    mkdocs: dict | None = None
 
 
 _BLANK_LINE = re.compile(r"\n[ \t\f\v\r]*\n")
@@ -296,7 +298,12 @@ def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: Ma
 
     source = decode_text(data, name, encoding)
     ctx = markup or MarkupContext()
-    cleaned = clean_markdown(source, ctx.rules or MarkupRules(), doc_path=path, ingest_root=ctx.ingest_root,
+    rules, site = ctx.rules or MarkupRules(), ctx.mkdocs
+    if site is not None and not site.get("attr_list"):
+        rules = MarkupRules(rules.off | {"anchors"})  # MkDocs without attr_list shows "{ #id }" as text
+    # MkDocs' ids for headings without an explicit one (not when anchors are switched off)
+    names: list | None = [] if site and site.get("slugify") and (ctx.rules or MarkupRules()).on("anchors") else None
+    cleaned = clean_markdown(source, rules, doc_path=path, ingest_root=ctx.ingest_root,
                              include_root=ctx.include_root, excluded=ctx.excluded)
     if extra is not None:
         extra["cleaned"] = cleaned
@@ -310,7 +317,7 @@ def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: Ma
     for a, b in zip(cuts, cuts[1:]):
         piece = "\n".join(lines[a:b])
         piece_blocks, headings, piece_title = parse_blocks(piece, cleaned.line_map, headings=headings, offset=a,
-                                                            line_src=cleaned.line_src)
+                                                            line_src=cleaned.line_src, names=names)
         title = title or piece_title
         blocks.extend(piece_blocks)
         done += len(piece) + 1
@@ -318,14 +325,42 @@ def _partition_markdown(data: bytes, name: str, encoding: str | None, markup: Ma
             progress(min(done, len(cleaned.text)), len(cleaned.text))
     if extra is not None:
         extra["title"] = title
-    pending = list(cleaned.anchors)  # (heading, id) in order: equal headings keep their own ids
+    # A heading of the page takes the anchor written on its line; an included one the next anchor
+    # written on a heading with its text (equal headings keep their own ids).
+    own = dict(cleaned.anchor_lines)
+    pending = list(cleaned.anchors)
+    for ident in own.values():
+        pending.pop(next(n for n, (_, a) in enumerate(pending) if a == ident))
     for b in blocks:
-        if b.kind == "title":
+        if b.kind == "title" and b.lines and not b.source and b.lines[0] in own:
+            b.anchor = own.pop(b.lines[0])
+        elif b.kind == "title":
             key = plain_heading(b.text)
             k = next((n for n, (h, _) in enumerate(pending) if h == key), None)
             if k is not None:
                 b.anchor = pending.pop(k)[1]
+    if names:
+        given = _mkdocs_ids(names, {a for _, a in cleaned.anchors}, site)
+        if given:
+            cleaned.stats["mkdocs_ids"] = given
     return blocks
+
+
+def _mkdocs_ids(names: list, explicit: set[str], site: dict) -> int:
+    """Give each heading without an explicit anchor the id MkDocs gives it (``ingestion.mkdocs``);
+    returns how many got one."""
+    from .mkdocs import SlugError, heading_ids
+
+    try:
+        ids = heading_ids([None if b is not None and b.anchor else n for b, n in names], explicit, site)
+    except SlugError:  # reported when the site was read; the page keeps its explicit anchors
+        return 0
+    given = 0
+    for (b, _), ident in zip(names, ids):
+        if b is not None and ident is not None:
+            b.anchor = ident
+            given += 1
+    return given
 
 
 def _partition_pdf(data: bytes) -> list[Block]:
@@ -485,7 +520,8 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
     if cleaned is not None:
         doc.metadata = dict(cleaned.metadata)
         # Only a `#` heading (or the front matter) names a Markdown page, never its first `##`.
-        doc.title = cleaned.title or extra.get("title") or title_from([], doc_id)
+        doc.title = (cleaned.title or extra.get("title") or ((markup and markup.mkdocs) or {}).get("nav_title")
+                     or title_from([], doc_id))
         doc.markup_stats = dict(cleaned.stats)
         doc.includes = dict(cleaned.includes)
         doc.missing_includes = list(cleaned.missing_includes)

@@ -62,6 +62,8 @@ class IngestReport:
     moved: list = field(default_factory=list)  # {from, to, documents}: roots re-used from a new folder
     # the kept-text guard after the run: {threshold, measured, below: [{doc_id, path, kept, missing}]}
     kept_text: dict = field(default_factory=dict)
+    # the MkDocs sites whose mkdocs.yml was read (ingestion.mkdocs.Site.summary, plus the root)
+    mkdocs: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -230,6 +232,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     # Which files each job brings, before anything is written: a clash of ids stops the run here.
     found = [_discover_job(job, report) for job in jobs]
     check_clashes(store, jobs, found)
+    sites = _sites(jobs, report)
     recorded = store.sources()
     for old in {m for j in jobs for m in j.moved_from}:
         new = next(j.root for j in jobs if old in j.moved_from)
@@ -245,6 +248,8 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
             rel = job.path.relative_to(base).as_posix() if job.path.is_relative_to(base) else "."
         paths_before = rec.get("paths") or []  # a part ingested again never narrows the record
         recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
+        if sites.get(job.root):  # what was read of its mkdocs.yml: query-time URLs use it
+            recorded[job.root]["mkdocs"] = sites[job.root].record()
         if "." in recorded[job.root]["paths"]:
             recorded[job.root]["paths"] = ["."]
     gone_docs: list[str] = []
@@ -281,7 +286,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
             seen.add(item.doc_id)
             try:
                 status = _ingest_one(store, item, root, known, meta_json, opts_json, options, report, progress,
-                                     budget)
+                                     budget, sites.get(root))
             except ParseError as exc:
                 empty = isinstance(exc, EmptyDocumentError)
                 entry = ({"path": item.doc_id, "reason": f"{exc}: nothing to index"} if empty
@@ -317,6 +322,25 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     report.chunks_written = chunk(store, chunk_params, embedder=embedder, progress=progress)
     report.index = index(store, embedder=embedder, progress=progress)
     return report
+
+
+def _sites(jobs: list, report: IngestReport) -> dict:
+    """root -> the MkDocs site (``ingestion.mkdocs``) whose docs it is or holds, for each folder
+    root of the run; what was read goes into the report (once per root)."""
+    from .mkdocs import find_site
+
+    sites: dict = {}
+    for job in jobs:
+        if job.root in sites or job.root.startswith("beir:") or not Path(job.root).is_dir():
+            continue
+        site, warnings = find_site(Path(job.root))
+        sites[job.root] = site
+        report.warnings.extend(w for w in warnings if w not in report.warnings)
+        if site is not None:
+            base = job.options.base_url
+            report.mkdocs.append({"root": job.root, **site.summary(
+                base, ("data.sources" if job.declared else "--base-url") if base else None)})
+    return sites
 
 
 def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
@@ -375,7 +399,7 @@ def _gone(store: Store, job, unreadable: list[str] | None, items: list | None = 
 
 def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: str, opts_json: str,
                 options: IngestOptions, report: IngestReport | None = None, progress: Progress | None = None,
-                timeout: float | None = None) -> str:
+                timeout: float | None = None, site=None) -> str:
     prev = known.get(src.doc_id)
     if prev and prev[0] != root:
         if not Path(prev[0]).is_relative_to(Path(root)):
@@ -390,8 +414,11 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
     # The run's --meta and parse options are stored with the document: the same file, metadata and
     # options is unchanged — unless a file it includes changed.
     parser = PARSER_VERSIONS.get(SUPPORTED.get(src.path.suffix.lower(), "")) if src.beir is None else None
+    # a MkDocs page: its slugify, separator, attr_list and nav title are parse options too (a change re-parses)
+    page = site.parse_options(src.path.relative_to(root).as_posix()) if site is not None and src.beir is None else None
     stored_opts = json.dumps({**json.loads(opts_json), "meta": json.loads(meta_json),
-                              **({"parser": parser} if parser else {})}, sort_keys=True)
+                              **({"parser": parser} if parser else {}), **({"mkdocs": page} if page else {})},
+                             sort_keys=True)
     if prev and prev[1] == fingerprint(sha, stored_opts) and not _includes_changed(store, src.doc_id, root):
         return "unchanged"
     if src.beir is not None:
@@ -409,7 +436,7 @@ def _ingest_one(store: Store, src: _Source, root: str, known: dict, meta_json: s
         doc = parse_file(src.path, src.doc_id, encoding=options.encoding, max_bytes=options.max_file_size,
                          data=data, mtime=mtime,
                          markup=MarkupContext(MarkupRules.parse(options.markup_off), ingest_root, include_root,
-                                              lambda rel: any(fnmatch.fnmatch(rel, p) for p in options.exclude)),
+                                              lambda rel: any(fnmatch.fnmatch(rel, p) for p in options.exclude), page),
                          progress=inside, timeout=timeout)
         if inside:
             inside(1, 1)  # formats parsed in one go (HTML, PDF, DOCX) finish their bar here

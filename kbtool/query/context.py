@@ -3,14 +3,23 @@ token budget, built from the contract's template."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 
 MIN_SOURCE_TOKENS = 16  # room for at least the start of one source
 
 
-def url_for(doc_id: str, anchor: str | None, base_url: str | None) -> str:
-    """BASE/doc path without its extension/ (``index`` is the folder itself) + ``#anchor``."""
+def url_for(doc_id: str, anchor: str | None, base_url: str | None, site: dict | None = None) -> str:
+    """BASE/doc path without its extension/ (``index`` is the folder itself) + ``#anchor``; for a
+    document of a MkDocs site (``site``: what ingest read of its mkdocs.yml), the URL MkDocs gives it."""
     if not base_url:
         return ""
+    if site is not None:  # a MkDocs site publishes the files of its docs_dir, and only those
+        page = mkdocs_url(doc_id, site)
+        if page is None:
+            return ""
+        from urllib.parse import quote
+
+        return base_url.rstrip("/") + "/" + page + (f"#{quote(anchor, safe='%')}" if anchor else "")
     page = next((doc_id[: -len(ext)] for ext in (".md", ".markdown", ".html", ".htm")
                  if doc_id.lower().endswith(ext)), None)
     from urllib.parse import quote
@@ -22,6 +31,47 @@ def url_for(doc_id: str, anchor: str | None, base_url: str | None) -> str:
     page = quote(page.strip("/"))
     url = base_url.rstrip("/") + "/" + (page + "/" if page else "")
     return url + (f"#{quote(anchor)}" if anchor else "")
+
+
+def mkdocs_url(doc_id: str, site: dict) -> str | None:
+    """The URL of a file relative to its MkDocs site (``doc_id``: relative to the ingest root), as
+    MkDocs makes it (``mkdocs.structure.files.File.url``); None when the file is outside docs_dir."""
+    from posixpath import join, split, splitext
+    from urllib.parse import quote
+
+    docs = site.get("docs_dir") or "."
+    if docs != ".":
+        if not doc_id.startswith(docs + "/"):
+            return None
+        doc_id = doc_id[len(docs) + 1:]
+    elif site.get("root_in_docs"):
+        doc_id = site["root_in_docs"] + "/" + doc_id
+    hidden = _unpublished(tuple(site.get("unpublished") or ()))
+    if hidden is not None and hidden.match_file(doc_id):  # exclude_docs, draft_docs: not on the built site
+        return None
+    parent, name = split(doc_id)
+    stem, ext = splitext(name)
+    if ext.lower() not in (".md", ".markdown", ".mdown", ".mkdn", ".mkd"):
+        return quote(doc_id)  # copied to the site as it is
+    stem = "index" if stem == "README" else stem
+    directory = site.get("use_directory_urls", True)
+    dest = join(parent, stem + ".html") if not directory or stem == "index" else join(parent, stem, "index.html")
+    if directory and split(dest)[1] == "index.html":
+        dest = split(dest)[0] + "/" if split(dest)[0] else ""
+    return quote(dest)
+
+
+@lru_cache(maxsize=16)
+def _unpublished(lines: tuple):
+    """MkDocs' matcher of the files a build leaves out (gitignore lines, as MkDocs reads them), or
+    None (no lines, or pathspec not installed: ingest said so)."""
+    if not lines:
+        return None
+    try:
+        import pathspec
+    except ImportError:
+        return None
+    return pathspec.gitignore.GitIgnoreSpec.from_lines(list(lines))
 
 
 def hit_url(hit, base_url: str | None = None) -> str:

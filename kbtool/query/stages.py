@@ -247,8 +247,8 @@ def _hit(st: AnswerState, cid: str, score: float, i: int, rank: int, extra: list
         line_start=row.get("line_start"), line_end=row.get("line_end"), anchor=row.get("anchor"),
         line_source=json.loads(row["line_source"]) if row.get("line_source") else None,
     )
-    prefix, base = store.published(row.get("root"))
-    hit.url = (url_for(row["doc_id"][len(prefix):], hit.anchor, base) if base
+    prefix, base, site = store.published(row.get("root"))
+    hit.url = (url_for(row["doc_id"][len(prefix):], hit.anchor, base, site) if base
                else url_for(row["doc_id"], hit.anchor, st.contract.context.base_url))
     hit.citation = citation(hit)
     return hit

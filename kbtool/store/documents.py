@@ -73,10 +73,13 @@ class DocumentsView:
         return dict(self.manifest.get("sources") or {})
 
 
-    def published(self, root: str | None) -> tuple[str, str | None]:
-        """(id prefix, base URL) of the source a document of ``root`` comes from."""
+    def published(self, root: str | None) -> tuple[str, str | None, dict | None]:
+        """(id prefix, base URL, MkDocs site) of the source a document of ``root`` comes from: the base
+        URL is the source's own, else its mkdocs.yml's ``site_url``; the site is what ingest read of its
+        mkdocs.yml (``ingestion.mkdocs.Site.record``), or None."""
         rec = (self.manifest.get("sources") or {}).get(root or "") or {}
-        return rec.get("id_prefix") or "", rec.get("base_url")
+        site = rec.get("mkdocs")
+        return rec.get("id_prefix") or "", rec.get("base_url") or (site or {}).get("site_url"), site
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:  # how many were there
         return self.catalog.remove_documents(doc_ids)
