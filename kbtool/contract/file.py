@@ -185,23 +185,21 @@ def _wanted(p: FusionProposal, shared: dict) -> dict:
     return {**{g: _retriever_weights(w) for g, w in p.group_weights.items()}, "other": shared}
 
 
-def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> str:
+def calibrated_text(text: str | None, contract: Contract, cal: Calibration, where=None) -> str:
     """The contract file's text with a calibration applied: tuned fields set, contract_version
-    bumped, the appendix recorded; comments, quoting and key order kept (ruamel.yaml round trip,
-    values set in place). ``text`` None means the built-in contract (its commented form is the
-    starting point). Threshold tiers become exactly those the calibration measured, so the rates
-    it reports are what the written contract does."""
+    bumped, the appendix recorded. Only the values calibrated change (ruamel.yaml round trip, values
+    set in place): every other line keeps its indentation (the file's own, detected), comments,
+    quoting, key order and blank lines; a calibrated key the file lacks is added at the end of its
+    section. ``text`` None means the built-in contract (its commented form is the starting point).
+    ``where``: the file it is written to; the paths it records (the question set) are then
+    relative to its folder when under it, else absolute. Threshold tiers become exactly those the
+    calibration measured, so the rates it reports are what the written contract does."""
     import io
 
-    from ruamel.yaml import YAML
-
-    yaml = YAML()
-    yaml.width = 4096
-    yaml.preserve_quotes = True
-    yaml.indent(mapping=2, sequence=2, offset=0)  # the layout `contract init` writes
-    yaml.representer.add_representer(
-        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    yaml = _round_trip()
     data = yaml.load(text if text is not None else dump_yaml(contract))
+    yaml.indent(**_layout(data))
+    cal = recorded_paths(cal, where)
     _put(data, ["contract_version"], int(data.get("contract_version", contract.contract_version)) + 1)
     if cal.fusion is not None:
         _write_fusion(data, contract, cal.fusion)
@@ -213,7 +211,7 @@ def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> s
         _put(data, ["decide", "model"], None if kept is None else kept.model_dump(mode="json"))
     if cal.thresholds is not None:
         _write_thresholds(data, cal)
-    data["calibration"] = _plain(cal.record) if cal.record is not None else {}
+    _put(data, ["calibration"], _plain(cal.record) if cal.record is not None else {})
     out = io.StringIO()
     yaml.dump(data, out)
     new = out.getvalue()
@@ -221,22 +219,99 @@ def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> s
     return new
 
 
+def recorded_paths(cal: Calibration, where) -> Calibration:
+    """``cal`` with the paths it records (the question set's, in the appendix and in the model's
+    ``fitted_on``) as a contract at ``where`` keeps them: relative to its folder (posix
+    separators) when under it, else absolute. ``where`` None: as given."""
+    if where is None:
+        return cal
+    from dataclasses import replace
+    from pathlib import Path
+
+    folder = Path(where).absolute().parent.resolve()
+
+    def rel(path):
+        if not isinstance(path, str) or not path:
+            return path
+        full = Path(path).expanduser().absolute().resolve()
+        return full.relative_to(folder).as_posix() if full.is_relative_to(folder) else str(full)
+
+    record, model = cal.record, cal.model
+    if record is not None and isinstance(record.question_set, dict) and "path" in record.question_set:
+        record = record.model_copy(update={"question_set": {**record.question_set,
+                                                            "path": rel(record.question_set["path"])}})
+    if model is not None and isinstance(model.fitted_on, dict) and "source" in model.fitted_on:
+        model = model.model_copy(update={"fitted_on": {**model.fitted_on, "source": rel(model.fitted_on["source"])}})
+    return replace(cal, record=record, model=model)
+
+
+def _round_trip():
+    """A ruamel.yaml round trip that changes nothing it is not asked to: quotes kept, no line
+    rewrapped, null written as ``null`` (as ``contract init`` writes it)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 2**31 - 1
+    yaml.preserve_quotes = True
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return yaml
+
+
+def _layout(data) -> dict:
+    """The file's own indentation, for ruamel's ``indent()``: the most common step of a block
+    mapping nested in another, and of a block sequence under a key: its dash's offset from the key
+    and its items' indent (ruamel.yaml.util.load_yaml_guess_indent takes the first it meets and
+    one step for both). A file without one: what ``contract init`` writes (2, dash at the key)."""
+    from collections import Counter
+
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    maps, offsets, seqs = Counter(), Counter(), Counter()
+
+    def walk(node):
+        if isinstance(node, CommentedMap):
+            for key, value in node.items():
+                if isinstance(value, (CommentedMap, CommentedSeq)) and value and not value.fa.flow_style() \
+                        and key in node.lc.data:
+                    col = node.lc.data[key][1]
+                    if isinstance(value, CommentedMap):
+                        maps[value.lc.col - col] += 1
+                    else:
+                        offsets[value.lc.col - col] += 1
+                        seqs[value.lc.data[0][1] - col] += 1
+                walk(value)
+        elif isinstance(node, CommentedSeq):
+            for value in node:
+                walk(value)
+
+    walk(data)
+    mapping = maps.most_common(1)[0][0] if maps else 2
+    offset = offsets.most_common(1)[0][0] if offsets else max(0, mapping - 2)
+    sequence = seqs.most_common(1)[0][0] if seqs else offset + 2
+    return {"mapping": mapping, "sequence": max(sequence, offset + 2), "offset": offset}
+
+
 def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
-    _put(data, ["retrieve", "fusion", "method"], p.method)
+    fusion = ["retrieve", "fusion"]
+    _put(data, [*fusion, "method"], p.method, contract)
     if p.method == "weighted":
-        _put(data, ["retrieve", "fusion", "normalization"], p.normalization)
+        _put(data, [*fusion, "normalization"], p.normalization, contract)
     else:
-        _put(data, ["retrieve", "fusion", "rrf_k"], p.rrf_k)
+        _put(data, [*fusion, "rrf_k"], p.rrf_k, contract)
     # Weights are retriever -> weight over the store's retrievers: those set, any other a
     # weight names (a bundled model the store lacks) left as written.
     shared = _retriever_weights(p.weights)
-    if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
+    retrieve = data.get("retrieve") or {}
+    weights = (retrieve.get("fusion") or {}).get("weights")
+    if not _fuses_as(weights if weights is not None else _as_written(contract.retrieve.fusion.weights), shared):
         for name, w in shared.items():
-            _put(data, ["retrieve", "fusion", "weights", name], w)
-    retrieve = data["retrieve"]
-    if retrieve.get("rules") is None:
-        retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
-    rules = retrieve["rules"]
+            _put(data, [*fusion, "weights", name], w)
+    retrieve = data.get("retrieve") or {}
+    written = retrieve.get("rules")
+    # a file without rules has the built-in ones: written out only when a rule changes
+    rules = written if written is not None else _commented([r.model_dump(mode="json") for r in contract.retrieve.rules])
+    before = _plain(rules)
     for group, ws in _wanted(p, shared).items():
         # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
         # that weighs no bundled retriever the store lacks) takes the weights: the others stay
@@ -245,13 +320,16 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
         if not matching and (group == "other" or "@" in group):
             continue  # "other" questions use fusion.weights
         if not matching:
-            rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
+            _set(rules, len(rules), {"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
         for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
             for name, w in ws.items():
                 _put(rule, ["weights", name], round(w, 4))
-    if p.coverage_rules is not None and [_plain(r) for r in rules] != [
-            _plain(r) for r in _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)]:
-        rules[:] = _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)
+    if p.coverage_rules is not None:
+        proposed = _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)
+        if _plain(proposed) != _plain(rules):
+            _set_items(rules, proposed)
+    if written is None and _plain(rules) != before:
+        _put(data, ["retrieve", "rules"], rules)
 
 
 def _write_thresholds(data, cal: Calibration) -> None:
@@ -259,17 +337,9 @@ def _write_thresholds(data, cal: Calibration) -> None:
         _put(data, ["decide", "refuse", "needs_evidence"], cal.needs_evidence)
     _put(data, ["decide", "thresholds", "answer"], cal.thresholds.answer)
     _put(data, ["decide", "thresholds", "low_confidence"], cal.thresholds.low_confidence)
-    decide = data["decide"]
-    tiers = decide.get("tiers")
-    new_tiers = {name: {"answer": t.answer, "low_confidence": t.low_confidence} for name, t in cal.tiers.items()}
-    if tiers is None or not hasattr(tiers, "keys"):
-        decide["tiers"] = new_tiers
-    else:
-        for name in [k for k in tiers.keys() if k not in new_tiers]:
-            del tiers[name]
-        for name, t in new_tiers.items():
-            _put(tiers, [name, "answer"], t["answer"])
-            _put(tiers, [name, "low_confidence"], t["low_confidence"])
+    tiers = {name: {"answer": t.answer, "low_confidence": t.low_confidence} for name, t in cal.tiers.items()}
+    if tiers or "tiers" in data["decide"]:  # none written: none is the default (the file has a model now)
+        _put(data, ["decide", "tiers"], tiers)
 
 
 def _retriever_weights(w) -> dict[str, float]:
@@ -306,13 +376,190 @@ def _fuses_as(written, weights: dict[str, float]) -> bool:
     return total > 0 and all(abs(mine[name] / total - w) <= 5e-5 for name, w in weights.items())
 
 
-def _put(node, path: list[str], value) -> None:
-    """Set a value in place, creating mappings on the way: comments on existing keys survive."""
+def _put(node, path: list, value, contract: Contract | None = None) -> None:
+    """Set a value in place (``_set``), creating mappings on the way. Given ``contract`` (the
+    contract as loaded), a key the file lacks is not added when ``value`` is what it already is."""
+    from ruamel.yaml.comments import CommentedMap
+
+    if contract is not None and not _has(node, path) and _effective(contract, path) == value:
+        return
     for key in path[:-1]:
-        if node.get(key) is None or not hasattr(node.get(key), "keys"):
-            node[key] = {}
+        if not isinstance(node.get(key), CommentedMap):
+            _set(node, key, CommentedMap())
         node = node[key]
-    node[path[-1]] = value
+    _set(node, path[-1], value)
+
+
+def _has(node, path: list) -> bool:
+    for key in path:
+        if not hasattr(node, "get") or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _effective(contract: Contract, path: list):
+    node = contract.to_dict()
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+_MISSING = object()
+
+
+def _set(node, key, value) -> None:
+    """``node[key] = value`` (a mapping's key, or a sequence's index; ``len(node)`` appends),
+    changing only what differs: a mapping or sequence already there is updated in place, key by
+    key (its comments, flow or block style and order kept; keys ``value`` lacks removed); a scalar
+    equal to the one written is left as written (``0.20`` stays); a new string keeps the old one's
+    quotes; a new key goes at the end, after the last line's comment."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    old = node.get(key, _MISSING) if isinstance(node, CommentedMap) else node[key] if key < len(node) else _MISSING
+    if isinstance(value, dict) and isinstance(old, CommentedMap) and old:  # (an empty one: written anew)
+        if old is not value:
+            for k in [k for k in old if k not in value]:
+                _remove(old, k)
+            for k, v in value.items():
+                _set(old, k, v)
+    elif isinstance(value, list) and isinstance(old, CommentedSeq) and old:
+        if old is not value:
+            while len(old) > len(value):
+                _remove(old, len(old) - 1)
+            for i, v in enumerate(value):
+                _set(old, i, v)
+    elif old is _MISSING:
+        _append(node, key, _commented(value))
+    elif not _same(old, value):
+        node[key] = _styled(value, old)
+
+
+def _set_items(seq, items: list) -> None:
+    """Make ``seq`` hold ``items`` (its own elements, some dropped, new ones among them) in order,
+    keeping the elements it holds (or equal ones), with their comments."""
+    free, mapped = list(seq), []
+    for item in items:
+        mine = next((f for f in free if f is item), None)
+        if mine is None:
+            mine = next((f for f in free if _plain(f) == _plain(item)), item)
+        free = [f for f in free if f is not mine]
+        mapped.append(mine)
+    items, keep = mapped, {id(item) for item in mapped}
+    for i in reversed([i for i, item in enumerate(seq) if id(item) not in keep]):
+        _remove(seq, i)
+    for i, item in enumerate(items):
+        if i >= len(seq):
+            _append(seq, i, _commented(item))
+        elif seq[i] is not item:
+            seq.insert(i, _commented(item))
+
+
+def _same(old, new) -> bool:
+    if isinstance(old, bool) or isinstance(new, bool):
+        return isinstance(old, bool) and isinstance(new, bool) and old == new
+    if isinstance(old, (int, float)) and isinstance(new, (int, float)):
+        return float(old) == float(new)
+    if isinstance(old, str) and isinstance(new, str):
+        return str(old) == new
+    return old is None and new is None
+
+
+def _styled(value, old):
+    from ruamel.yaml.scalarstring import ScalarString
+
+    if isinstance(value, str) and isinstance(old, ScalarString) and "\n" not in value:
+        return type(old)(value)  # quoted as it was
+    return _commented(value)
+
+
+def _commented(value):
+    """Plain mappings and lists as ruamel's (so a comment can be attached), block style."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(value, (CommentedMap, CommentedSeq)):
+        return value
+    if isinstance(value, dict):
+        return CommentedMap((k, _commented(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return CommentedSeq(_commented(v) for v in value)
+    return value
+
+
+def _append(node, key, value) -> None:
+    """Add a key (or an item) at the end of a mapping (sequence). What followed the old last line
+    (blank lines, the comment above the next section) follows the new one."""
+    from ruamel.yaml.comments import CommentedSeq
+
+    after = _take_after(node)
+    if isinstance(node, CommentedSeq):
+        node.append(value)
+    else:
+        node[key] = value
+    if after:
+        _give_after(node, after)
+
+
+def _remove(node, key) -> None:
+    """Remove a key (or an item); what followed it, when it was the last, follows the new last."""
+    last = key == (len(node) - 1 if isinstance(node, list) else list(node)[-1])
+    after = _take_after(node) if last else ""
+    del node[key]
+    if after and len(node):
+        _give_after(node, after)
+
+
+def _tail(node):
+    """(comment slots, index) of the comment token after a block collection's last line, or None."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if not isinstance(node, (CommentedMap, CommentedSeq)) or not node or node.fa.flow_style():
+        return None
+    last = len(node) - 1 if isinstance(node, CommentedSeq) else list(node)[-1]
+    inner = _tail(node[last])
+    if inner is not None:
+        return inner
+    if getattr(node.ca, "end", None):
+        return node.ca.end, None
+    slots = node.ca.items.get(last)
+    slot = 0 if isinstance(node, CommentedSeq) else 2
+    return (slots, slot) if slots and slots[slot] is not None else None
+
+
+def _take_after(node) -> str:
+    """Detach the lines after a collection's last line (its end-of-line comment stays): their text."""
+    tail = _tail(node)
+    if tail is None:
+        return ""
+    slots, slot = tail
+    if slot is None:  # a sequence's end: lines after it
+        text = "".join(t.value for t in slots)
+        slots.clear()
+        return text
+    head, _, rest = slots[slot].value.partition("\n")
+    slots[slot].value = head + "\n"
+    return rest
+
+
+def _give_after(node, text: str) -> None:
+    """Attach lines after a collection's last line (after its end-of-line comment, if any)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.error import CommentMark
+    from ruamel.yaml.tokens import CommentToken
+
+    while True:
+        last = len(node) - 1 if isinstance(node, CommentedSeq) else list(node)[-1]
+        value = node[last]
+        if isinstance(value, (CommentedMap, CommentedSeq)) and value and not value.fa.flow_style():
+            node = value
+            continue
+        slot = 0 if isinstance(node, CommentedSeq) else 2
+        slots = node.ca.items.setdefault(last, [None, None] if isinstance(node, CommentedSeq) else [None] * 4)
+        if slots[slot] is None:
+            slots[slot] = CommentToken("\n" + text, CommentMark(0))
+        else:
+            slots[slot].value = slots[slot].value.rstrip("\n") + "\n" + text
+        return
 
 
 def yaml_load_plain(text: str):
