@@ -38,7 +38,7 @@ def schema(
     out_: Annotated[Optional[Path], typer.Option("--out", help="Write it to this file (e.g. kbtool.schema.json) instead of stdout.")] = None,
 ):
     """Print the JSON Schema of kbtool.yaml, for editors that validate and complete YAML against one
-    (yaml-language-server: VS Code, Neovim, JetBrains' IDEs)."""
+    (yaml-language-server: VS Code's YAML extension, Neovim, Helix)."""
     import sys
 
     if out_ is None:

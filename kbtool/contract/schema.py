@@ -382,8 +382,8 @@ SCHEMA_FILE = "kbtool.schema.json"  # where `contract init --schema` writes it, 
 
 def json_schema() -> dict:
     """The JSON Schema of a contract file, generated from these models (descriptions included), for
-    editors that validate and complete YAML against one (yaml-language-server: VS Code, Neovim,
-    JetBrains' IDEs). Declared draft-07, the draft yaml-language-server validates; pydantic's
+    editors that validate and complete YAML against one (yaml-language-server: VS Code's YAML
+    extension, Neovim, Helix). Declared draft-07, the draft yaml-language-server validates; pydantic's
     output uses nothing later (``$defs`` is reached by JSON pointer). What a model checks in code
     (low_confidence not above answer, a filter's syntax) is left to ``kbtool contract validate``."""
     from .. import __version__
