@@ -582,3 +582,35 @@ def test_root_moved_with_declared_sources_and_a_bad_prefix_say_so_before_writing
     r = CliRunner().invoke(app, ["ingest", "--store", str(tmp_path / "kb"), "--root-moved", str(tmp_path / "old"),
                                  str(tmp_path / "docs")])
     assert r.exit_code == 2 and "drop --root-moved" in r.output
+
+
+def test_a_kbtool_yaml_in_the_working_directory_declares_the_sources_of_its_own_store_only(tmp_path, monkeypatch):
+    """./kbtool.yaml (found, not named) binds `ingest` into the store beside it, a store built from
+    its sources, or a new one built from them; an ingest of other folders into another store is
+    not refused by it, and a store built from other folders keeps them. --contract binds any."""
+    repo = tmp_path / "repo"
+    write(repo / "docs" / "a.md", "# A\n\nalpha text\n")
+    write(repo / "notes" / "n.md", "# N\n\nnote text\n")
+    write(repo / "kbtool.yaml", "contract_version: 1\ndata:\n  sources:\n    - root: docs\n")
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("KBTOOL_CONTRACT", raising=False)
+    monkeypatch.delenv("KBTOOL_STORE", raising=False)  # the default store: ./.kb
+    model = ["--parse-only", "--model", "openai:http://127.0.0.1:9/v1#fake"]  # parsing only: no model is asked
+
+    def ingest(*args):
+        r = run("ingest", *args, *model, "--json")
+        return r.exit_code, (json.loads(r.stdout) if r.exit_code == 0 else None), r.stderr
+
+    code, rep, said = ingest(".", "--store", tmp_path / "other", "-i", "*.md")  # the case of the issue
+    assert code == 0 and sorted(rep["added"]) == ["docs/a.md", "notes/n.md"]
+    assert "kbtool.yaml declares the sources of its own store" in said and "--contract kbtool.yaml" in said
+    code, rep, _ = ingest("--store", tmp_path / "other")  # the folders it was built from, not the contract's
+    assert code == 0 and rep["counts"]["unchanged"] == 2 and not rep["removed"]
+    code, _, said = ingest("notes", "--store", tmp_path / "other", "--contract", "kbtool.yaml")  # named: binds
+    assert code == 2 and "is not under a source the contract declares" in said
+    code, _, said = ingest("notes")  # the store beside it (.kb): bound
+    assert code == 2 and "is not under a source the contract declares" in said and "--contract" in said
+    code, rep, said = ingest("--store", tmp_path / "built")  # a new store, no path: built from the contract
+    assert code == 0 and rep["added"] == ["a.md"] and "note:" not in said
+    code, _, said = ingest("notes", "--store", tmp_path / "built")  # a store built from its sources: bound
+    assert code == 2 and "is not under a source the contract declares" in said

@@ -70,7 +70,7 @@ def calibrate(
                      source=str(questions), principal=principal, allow=allow, negatives=negatives)
     target = path or Path(CONTRACT_FILE)
     old = path.read_text(encoding="utf-8") if path else None
-    new = calibrated_text(old, c, result.calibration())
+    new = calibrated_text(old, c, result.calibration(), where=target)
     diff = "".join(difflib.unified_diff((old or dump_yaml(c)).splitlines(True), new.splitlines(True),
                                         fromfile=str(path or "(built-in contract)"), tofile=str(target)))
     if out_dir:

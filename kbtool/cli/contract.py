@@ -17,18 +17,52 @@ app.add_typer(contract_app, name="contract")
 def init(
     path: Annotated[Path, typer.Argument(help="Where to write it.")] = Path("kbtool.yaml"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    schema: Annotated[bool, typer.Option("--schema", help="Also write the JSON Schema beside it (kbtool.schema.json) and a first line pointing editors at it: # yaml-language-server: $schema=kbtool.schema.json.")] = False,
 ):
     """Write the built-in contract, every key commented, to edit and commit beside your code."""
     from ..contract import default_contract, dump_yaml
+    from ..contract.schema import SCHEMA_FILE
     from ..errors import InputError
 
     if path.exists() and not force:
         raise InputError(f"{path} exists: pass --force to overwrite it, or give another path")
+    head = f"# yaml-language-server: $schema={SCHEMA_FILE}\n" if schema else ""
+    written = [_write(path.parent / SCHEMA_FILE, _schema_text())] if schema else []
+    written.insert(0, _write(path, head + dump_yaml(default_contract())))
+    err.print(f"wrote {', '.join(map(str, written))}", highlight=False, markup=False)
+
+
+@contract_app.command("schema")
+@handle_errors
+def schema(
+    out_: Annotated[Optional[Path], typer.Option("--out", help="Write it to this file (e.g. kbtool.schema.json) instead of stdout.")] = None,
+):
+    """Print the JSON Schema of kbtool.yaml, for editors that validate and complete YAML against one
+    (yaml-language-server: VS Code's YAML extension, Neovim, Helix)."""
+    import sys
+
+    if out_ is None:
+        sys.stdout.write(_schema_text())
+    else:
+        err.print(f"wrote {_write(out_, _schema_text())}", highlight=False, markup=False)
+
+
+def _schema_text() -> str:
+    import json
+
+    from ..contract.schema import json_schema
+
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _write(path: Path, text: str) -> Path:
+    from ..errors import InputError
+
     try:
-        path.write_text(dump_yaml(default_contract()), encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot write ({exc.strerror})") from None
-    err.print(f"wrote {path}", highlight=False, markup=False)
+    return path
 
 
 @contract_app.command("show")

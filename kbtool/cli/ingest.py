@@ -72,7 +72,7 @@ def ingest(
     paths = list(paths or [])
     check_request(paths, stemmer=stemmer, id_prefix=id_prefix)  # before a store is made
     vectors = chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection)  # before a store is made
-    declared, min_kept = _declared(contract)
+    declared, min_kept = _declared(contract, store, paths, quiet)
     kb, embedder = open_for_ingest(
         store, paths, declared, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix,
         max_tokens=max_tokens, tokenizer=tokenizer, input_type=input_type, stemmer=stemmer, id_prefix=id_prefix,
@@ -102,11 +102,13 @@ def ingest(
         raise typer.Exit(1)
 
 
-def _declared(contract_opt):
+def _declared(contract_opt, store, paths, quiet: bool):
     """(the contract's declared sources (root, options, as written) or None when it declares none,
-    its data.min_kept_text)."""
-    from ..contract import find_contract, load_contract
+    its data.min_kept_text). A kbtool.yaml found in the working directory applies only to its own
+    store (``ingestion.sources.binds``): for another, said on stderr, neither."""
+    from ..contract import contract_named, find_contract, load_contract
     from ..ingestion.pipeline import MIN_KEPT_TEXT
+    from ..ingestion.sources import binds, declared_sources
 
     path = find_contract(contract_opt)
     if path is None:
@@ -114,8 +116,14 @@ def _declared(contract_opt):
     contract = load_contract(path)
     if not contract.data.sources:
         return None, contract.data.min_kept_text
-    from ..ingestion.sources import declared_sources
+    if not contract_named(contract_opt) and not binds(contract, path, store, paths):
+        if not quiet:
+            from ..store import default_store_path
 
+            err.print(f"note: {path} declares the sources of its own store (.kb beside it, or a store built from "
+                      f"them), not of {store or default_store_path()}: not applied to this ingest (name it with "
+                      f"--contract {path} to apply it)", highlight=False, markup=False)
+        return None, MIN_KEPT_TEXT
     return declared_sources(contract, path), contract.data.min_kept_text
 
 

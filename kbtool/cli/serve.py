@@ -77,7 +77,13 @@ def serve(
     if watch:
         from ..serve.watch import Watcher
 
-        watcher = Watcher(service, contract=None if service.contract_path is None else str(service.contract_path))
+        from ..contract import contract_named
+        from ..ingestion.sources import binds
+
+        declares = service.contract_path  # a kbtool.yaml found here declares the sources of its own store only
+        if declares is not None and not contract_named(contract) and not binds(service.contract, declares, store):
+            declares = None
+        watcher = Watcher(service, contract=None if declares is None else str(declares))
         watcher.start()
     try:
         if mcp_server is not None:

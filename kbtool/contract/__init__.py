@@ -32,6 +32,7 @@ from .load import (
     MAX_CONTRACT_BYTES,
     apply_override,
     check_against_store,
+    contract_named,
     contract_source,
     find_contract,
     format_error,
@@ -76,7 +77,7 @@ __all__ = [
     "Access", "AnswerabilityModel", "Calibration", "CalibrationRecord", "Compress", "Context", "Contract", "ContractError", "DataSpec", "Decide",
     "Dedup", "Diversity", "Expand", "Freshness", "Fusion", "FusionProposal", "MetadataField", "PlattMap", "Postprocess",
     "Preprocess", "Recorded", "Refuse", "Rerank", "Retrieve", "Rule", "Sensitive", "Source", "Thresholds", "Trace", "Weights", "When",
-    "apply_override", "calibrated_contract", "calibrated_text", "check_against_store", "contract_source", "default_contract",
+    "apply_override", "calibrated_contract", "calibrated_text", "check_against_store", "contract_named", "contract_source", "default_contract",
     "dump_yaml", "find_contract", "format_error", "lexicon_path", "load_contract", "validate_contract",
     "yaml_load_plain",
 ]

@@ -24,7 +24,8 @@ class _Strict(BaseModel):
 
 
 # A retriever: bm25, dense (the store's embedding model) or dense:NAME (a model added to the store).
-RETRIEVER = re.compile(r"^(bm25|dense|dense:[a-z0-9][a-z0-9._-]{0,39})$")
+ADDED_RETRIEVER = r"dense:[a-z0-9][a-z0-9._-]{0,39}"
+RETRIEVER = re.compile(rf"^(bm25|dense|{ADDED_RETRIEVER})$")
 # Further dense retrievers a built-in rule names: weighed only where the store has them.
 BUNDLED_RETRIEVERS = ("dense:use-m",)
 

@@ -12,6 +12,7 @@ from .base import BUNDLED_RETRIEVERS, _Strict
 from .load import validate_contract
 from .retrieve import Rule, Weights
 from .schema import AnswerabilityModel, CalibrationRecord, Contract, Thresholds
+from .yamledit import commented, layout, round_trip, set_value, set_items
 
 
 # ---- writing --------------------------------------------------------------------------------
@@ -185,23 +186,21 @@ def _wanted(p: FusionProposal, shared: dict) -> dict:
     return {**{g: _retriever_weights(w) for g, w in p.group_weights.items()}, "other": shared}
 
 
-def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> str:
+def calibrated_text(text: str | None, contract: Contract, cal: Calibration, where=None) -> str:
     """The contract file's text with a calibration applied: tuned fields set, contract_version
-    bumped, the appendix recorded; comments, quoting and key order kept (ruamel.yaml round trip,
-    values set in place). ``text`` None means the built-in contract (its commented form is the
-    starting point). Threshold tiers become exactly those the calibration measured, so the rates
-    it reports are what the written contract does."""
+    bumped, the appendix recorded. Only the values calibrated change (ruamel.yaml round trip, values
+    set in place): every other line keeps its indentation (the file's own, detected), comments,
+    quoting, key order and blank lines; a calibrated key the file lacks is added at the end of its
+    section. ``text`` None means the built-in contract (its commented form is the starting point).
+    ``where``: the file it is written to; the paths it records (the question set) are then
+    relative to its folder when under it, else absolute. Threshold tiers become exactly those the
+    calibration measured, so the rates it reports are what the written contract does."""
     import io
 
-    from ruamel.yaml import YAML
-
-    yaml = YAML()
-    yaml.width = 4096
-    yaml.preserve_quotes = True
-    yaml.indent(mapping=2, sequence=2, offset=0)  # the layout `contract init` writes
-    yaml.representer.add_representer(
-        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    yaml = round_trip()
     data = yaml.load(text if text is not None else dump_yaml(contract))
+    yaml.indent(**layout(data))
+    cal = recorded_paths(cal, where)
     _put(data, ["contract_version"], int(data.get("contract_version", contract.contract_version)) + 1)
     if cal.fusion is not None:
         _write_fusion(data, contract, cal.fusion)
@@ -213,7 +212,7 @@ def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> s
         _put(data, ["decide", "model"], None if kept is None else kept.model_dump(mode="json"))
     if cal.thresholds is not None:
         _write_thresholds(data, cal)
-    data["calibration"] = _plain(cal.record) if cal.record is not None else {}
+    _put(data, ["calibration"], _plain(cal.record) if cal.record is not None else {})
     out = io.StringIO()
     yaml.dump(data, out)
     new = out.getvalue()
@@ -221,22 +220,52 @@ def calibrated_text(text: str | None, contract: Contract, cal: Calibration) -> s
     return new
 
 
+def recorded_paths(cal: Calibration, where) -> Calibration:
+    """``cal`` with the paths it records (the question set's, in the appendix and in the model's
+    ``fitted_on``) as a contract at ``where`` keeps them: relative to its folder (posix
+    separators) when under it, else absolute. ``where`` None: as given."""
+    if where is None:
+        return cal
+    from dataclasses import replace
+    from pathlib import Path
+
+    folder = Path(where).absolute().parent.resolve()
+
+    def rel(path):
+        if not isinstance(path, str) or not path:
+            return path
+        full = Path(path).expanduser().absolute().resolve()
+        return full.relative_to(folder).as_posix() if full.is_relative_to(folder) else str(full)
+
+    record, model = cal.record, cal.model
+    if record is not None and isinstance(record.question_set, dict) and "path" in record.question_set:
+        record = record.model_copy(update={"question_set": {**record.question_set,
+                                                            "path": rel(record.question_set["path"])}})
+    if model is not None and isinstance(model.fitted_on, dict) and "source" in model.fitted_on:
+        model = model.model_copy(update={"fitted_on": {**model.fitted_on, "source": rel(model.fitted_on["source"])}})
+    return replace(cal, record=record, model=model)
+
+
 def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
-    _put(data, ["retrieve", "fusion", "method"], p.method)
+    fusion = ["retrieve", "fusion"]
+    _put(data, [*fusion, "method"], p.method, contract)
     if p.method == "weighted":
-        _put(data, ["retrieve", "fusion", "normalization"], p.normalization)
+        _put(data, [*fusion, "normalization"], p.normalization, contract)
     else:
-        _put(data, ["retrieve", "fusion", "rrf_k"], p.rrf_k)
+        _put(data, [*fusion, "rrf_k"], p.rrf_k, contract)
     # Weights are retriever -> weight over the store's retrievers: those set, any other a
     # weight names (a bundled model the store lacks) left as written.
     shared = _retriever_weights(p.weights)
-    if not _fuses_as(((data["retrieve"].get("fusion") or {}).get("weights")), shared):
+    retrieve = data.get("retrieve") or {}
+    weights = (retrieve.get("fusion") or {}).get("weights")
+    if not _fuses_as(weights if weights is not None else _as_written(contract.retrieve.fusion.weights), shared):
         for name, w in shared.items():
-            _put(data, ["retrieve", "fusion", "weights", name], w)
-    retrieve = data["retrieve"]
-    if retrieve.get("rules") is None:
-        retrieve["rules"] = [r.model_dump() for r in contract.retrieve.rules]
-    rules = retrieve["rules"]
+            _put(data, [*fusion, "weights", name], w)
+    retrieve = data.get("retrieve") or {}
+    written = retrieve.get("rules")
+    # a file without rules has the built-in ones: written out only when a rule changes
+    rules = written if written is not None else commented([r.model_dump(mode="json") for r in contract.retrieve.rules])
+    before = _plain(rules)
     for group, ws in _wanted(p, shared).items():
         # Only the rule the pipeline applies on this store (``rule_for``: the first of its type
         # that weighs no bundled retriever the store lacks) takes the weights: the others stay
@@ -245,13 +274,16 @@ def _write_fusion(data, contract: Contract, p: FusionProposal) -> None:
         if not matching and (group == "other" or "@" in group):
             continue  # "other" questions use fusion.weights
         if not matching:
-            rules.append({"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
+            set_value(rules, len(rules), {"when": group, "weights": {name: round(w, 4) for name, w in ws.items()}})
         for rule in (r for r in matching if not _fuses_as(r.get("weights"), ws)):
             for name, w in ws.items():
                 _put(rule, ["weights", name], round(w, 4))
-    if p.coverage_rules is not None and [_plain(r) for r in rules] != [
-            _plain(r) for r in _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)]:
-        rules[:] = _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)
+    if p.coverage_rules is not None:
+        proposed = _with_coverage_rules(list(rules), p.coverage_rules, _when_of, lambda raw: raw)
+        if _plain(proposed) != _plain(rules):
+            set_items(rules, proposed)
+    if written is None and _plain(rules) != before:
+        _put(data, ["retrieve", "rules"], rules)
 
 
 def _write_thresholds(data, cal: Calibration) -> None:
@@ -259,17 +291,9 @@ def _write_thresholds(data, cal: Calibration) -> None:
         _put(data, ["decide", "refuse", "needs_evidence"], cal.needs_evidence)
     _put(data, ["decide", "thresholds", "answer"], cal.thresholds.answer)
     _put(data, ["decide", "thresholds", "low_confidence"], cal.thresholds.low_confidence)
-    decide = data["decide"]
-    tiers = decide.get("tiers")
-    new_tiers = {name: {"answer": t.answer, "low_confidence": t.low_confidence} for name, t in cal.tiers.items()}
-    if tiers is None or not hasattr(tiers, "keys"):
-        decide["tiers"] = new_tiers
-    else:
-        for name in [k for k in tiers.keys() if k not in new_tiers]:
-            del tiers[name]
-        for name, t in new_tiers.items():
-            _put(tiers, [name, "answer"], t["answer"])
-            _put(tiers, [name, "low_confidence"], t["low_confidence"])
+    tiers = {name: {"answer": t.answer, "low_confidence": t.low_confidence} for name, t in cal.tiers.items()}
+    if tiers or "tiers" in data["decide"]:  # none written: none is the default (the file has a model now)
+        _put(data, ["decide", "tiers"], tiers)
 
 
 def _retriever_weights(w) -> dict[str, float]:
@@ -306,13 +330,33 @@ def _fuses_as(written, weights: dict[str, float]) -> bool:
     return total > 0 and all(abs(mine[name] / total - w) <= 5e-5 for name, w in weights.items())
 
 
-def _put(node, path: list[str], value) -> None:
-    """Set a value in place, creating mappings on the way: comments on existing keys survive."""
+def _put(node, path: list, value, contract: Contract | None = None) -> None:
+    """Set a value in place (``yamledit.set_value``), creating mappings on the way. Given ``contract`` (the
+    contract as loaded), a key the file lacks is not added when ``value`` is what it already is."""
+    from ruamel.yaml.comments import CommentedMap
+
+    if contract is not None and not _has(node, path) and _effective(contract, path) == value:
+        return
     for key in path[:-1]:
-        if node.get(key) is None or not hasattr(node.get(key), "keys"):
-            node[key] = {}
+        if not isinstance(node.get(key), CommentedMap):
+            set_value(node, key, CommentedMap())
         node = node[key]
-    node[path[-1]] = value
+    set_value(node, path[-1], value)
+
+
+def _has(node, path: list) -> bool:
+    for key in path:
+        if not hasattr(node, "get") or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _effective(contract: Contract, path: list):
+    node = contract.to_dict()
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
 
 
 def yaml_load_plain(text: str):

@@ -27,6 +27,12 @@ def find_contract(path: str | Path | None = None) -> Path | None:
     return local if local.is_file() else None
 
 
+def contract_named(path: str | Path | None = None) -> bool:
+    """Whether the contract in force is named (--contract PATH, $KBTOOL_CONTRACT), not found in the
+    working directory (./kbtool.yaml)."""
+    return bool(path or os.environ.get("KBTOOL_CONTRACT"))
+
+
 def contract_source(source: str | Path | None, contract: "Contract") -> dict:
     """Which contract is in force, as ``query --json`` and the server say it: {"path" (None: the
     built-in one), "version", "calibrated" (the date `kbtool calibrate --write` recorded, or None)}."""

@@ -16,6 +16,8 @@ from .base import CONTEXT_FIELDS, _FieldError, _Strict
 
 # ---- 4. post-process and context ------------------------------------------------------------
 class Dedup(_Strict):
+    """Drop a hit whose word 3-grams are mostly in a better hit."""
+
     enabled: bool = True
     similarity: float = Field(
         0.9, gt=0, le=1, description="drop a hit when this share of its word 3-grams is in a better hit")
@@ -82,7 +84,8 @@ class Freshness(_Strict):
         None, description="the date ages are counted from (YYYY-MM-DD); null: the newest date among the "
                           "question's candidates, so runs are reproducible (the order is the same for any "
                           "as_of on or after the newest candidate's date: it scales every score alike; a "
-                          "document dated after as_of is not decayed, ages never go below 0)")
+                          "document dated after as_of is not decayed, ages never go below 0)",
+        json_schema_extra={"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]})  # YYYYMMDD too
 
     @field_validator("date_fields")
     @classmethod
@@ -171,7 +174,8 @@ class Sensitive(_Strict):
 
     credentials: Literal["redact", "drop", "off"] = Field(
         "redact", description="results holding credential-looking strings (AWS key ids, sk-/ghp_/xoxb- tokens, "
-                              "JWTs, private key blocks, password=/api_key: values): redact, drop the hit, or off")
+                              "JWTs, private key blocks, password=/api_key: values): redact, drop the hit, or off",
+        json_schema_extra={"enum": ["redact", "drop", "off", False], "type": ["string", "boolean"]})  # YAML 1.1: off
     lexicon: Optional[str] = Field(
         None, description="a YAML or JSON file of categories (words, patterns; question: refuse|allow with a "
                           "message; results: redact|drop|allow), relative to this contract's folder")
@@ -193,6 +197,9 @@ class Sensitive(_Strict):
 
 
 class Postprocess(_Strict):
+    """What happens to the fused hits: rerank, freshness, dedup, sensitive content, diversity,
+    expansion, compression."""
+
     dedup: Dedup = Field(default_factory=Dedup)
     sensitive: Sensitive = Field(default_factory=Sensitive)
     rerank: Rerank = Field(default_factory=Rerank,
@@ -209,6 +216,8 @@ class Postprocess(_Strict):
 
 
 class Context(_Strict):
+    """How the hits become an LLM's context block: its budget, header, one template per hit, notices."""
+
     max_tokens: int = Field(1500, gt=0, description="budget of the context block, in the model's word pieces")
     header: str = Field("Answer from these sources. Cite them as [n].\n\n",
                         description="text before the first source")

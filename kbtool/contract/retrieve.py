@@ -8,11 +8,13 @@ from typing import Literal, Optional, Union
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from ..errors import ContractError
-from .base import BUNDLED_RETRIEVERS, QUESTION_TYPES, RETRIEVER, RRF_K, _FieldError, _Strict
+from .base import ADDED_RETRIEVER, BUNDLED_RETRIEVERS, QUESTION_TYPES, RETRIEVER, RRF_K, _FieldError, _Strict
 
 
 # ---- 2. preprocess --------------------------------------------------------------------------
 class Preprocess(_Strict):
+    """How a question is prepared: clean-up, truncation, thesaurus expansion, Chinese question words."""
+
     clean: bool = Field(True, description="collapse whitespace, drop control characters, NFC-normalise")
     max_query_tokens: int = Field(
         128, gt=0, description="longest question in the embedding model's word pieces; longer ones are truncated")
@@ -45,7 +47,9 @@ class Weights(_Strict):
     """Weights by retriever name: ``dense`` and ``bm25``, and ``dense:NAME`` for a model added to the
     store (``kbtool index --add-model``). They are normalised over the retrievers the store has."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(extra="allow", validate_assignment=True, json_schema_extra={
+        "patternProperties": {f"^{ADDED_RETRIEVER}$": {"type": "number", "minimum": 0, "maximum": 1}},
+        "additionalProperties": False})
     dense: float = Field(0.7, ge=0, le=1)
     bm25: float = Field(0.3, ge=0, le=1)
 
@@ -90,9 +94,14 @@ class Weights(_Strict):
 
 
 class Fusion(_Strict):
+    """How the retrievers' candidates become one list: the method, its parameters, and the
+    weights when no rule matches."""
+
     method: str = Field(
         "weighted", description="weighted (normalised scores), rrf (reciprocal rank), or one retriever alone "
-                                "(dense, bm25, dense:NAME)")
+                                "(dense, bm25, dense:NAME)",
+        json_schema_extra={"pattern": rf"^(weighted|rrf|bm25|dense|{ADDED_RETRIEVER})$",
+                           "examples": ["weighted", "rrf", "dense", "bm25"]})
     rrf_k: int = Field(RRF_K, gt=0, description="RRF constant (Cormack et al. 2009)")
     normalization: Literal["minmax", "zscore"] = Field(
         "minmax", description="how weighted fusion puts the retrievers' scores on one scale, per question")
@@ -143,6 +152,9 @@ class When(_Strict):
 
 
 class Rule(_Strict):
+    """Weights for the questions a condition picks (a detected type, BM25 coverage); the first
+    matching rule applies."""
+
     when: Union[QuestionType, When] = Field(
         description="a detected question type (identifier, cjk, cjk_identifier: both, other), or conditions "
                     "{type: ..., bm25_coverage_below: ...} that must all hold")
@@ -227,7 +239,8 @@ class Language(_Strict):
 
     route: Literal["prefer", "only", "off"] = Field(
         "prefer", description="prefer: a question is searched among the documents in its language when the "
-                              "scope holds any, else among all; only: among those alone; off: among all")
+                              "scope holds any, else among all; only: among those alone; off: among all",
+        json_schema_extra={"enum": ["prefer", "only", "off", False], "type": ["string", "boolean"]})  # YAML 1.1: off
     key: str = Field("lang", min_length=1, description="the metadata key holding a document's language "
                                                        "(en, zh, zh-hant, ja, ...)")
 
@@ -238,6 +251,9 @@ class Language(_Strict):
 
 
 class Retrieve(_Strict):
+    """Which retrievers and how many candidates, how they are fused (per question by rules),
+    filters, language routing."""
+
     top_k: int = Field(5, gt=0, description="results returned")
     candidates: int = Field(100, gt=0, description="candidates taken from each retriever before fusion")
     fusion: Fusion = Field(default_factory=Fusion)

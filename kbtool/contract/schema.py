@@ -17,6 +17,9 @@ from .retrieve import Preprocess, Retrieve
 
 # ---- 1. data spec ---------------------------------------------------------------------------
 class MetadataField(_Strict):
+    """A metadata key documents carry: its type, whether every document must carry it, whether
+    filters may use it."""
+
     type: Literal["str", "date", "number", "tags"] = Field(
         "str", description="str, date (ISO 8601, compared as dates), number, or tags (comma-separated list)")
     required: bool = Field(False, description="every document must carry it (`contract validate --store` checks)")
@@ -34,6 +37,8 @@ def _default_metadata() -> dict[str, MetadataField]:
 
 
 class Source(_Strict):
+    """A folder `kbtool ingest` (without a path) ingests, with the options it is ingested with."""
+
     root: str = Field(description="folder (or BEIR folder) to ingest, relative to this contract's folder or absolute")
     id_prefix: str = Field("", description="put before every document id of this root, e.g. 'zh/': several roots "
                                            "with the same relative paths in one store")
@@ -95,6 +100,9 @@ class Source(_Strict):
 
 
 class DataSpec(_Strict):
+    """What documents carry and where they come from: metadata keys, the sources `kbtool ingest`
+    reads, the kept-text guard."""
+
     metadata: dict[str, MetadataField] = Field(
         default_factory=_default_metadata,
         description="metadata keys documents carry (doc_id, dir, filetype and page are set by kbtool; "
@@ -123,6 +131,9 @@ class DataSpec(_Strict):
 
 # ---- 5. confidence and tiers ----------------------------------------------------------------
 class Thresholds(_Strict):
+    """P(answerable) (or, without decide.model, the top hit's confidence) at or above `answer`:
+    answer; at or above `low_confidence`: answer with a notice; below: refuse."""
+
     answer: float = Field(0.8796, ge=0, le=1, description="P(answerable) (without decide.model: the top hit's confidence) at or above: answer")
     low_confidence: float = Field(
         0.8254, ge=0, le=1, description="at or above (and below answer): answer with an uncertainty notice; below: refuse "
@@ -144,6 +155,8 @@ def _default_tiers() -> dict[str, Thresholds]:
 
 
 class PlattMap(_Strict):
+    """Platt scaling: maps the model's score to a probability."""
+
     slope: float = Field(1.0, allow_inf_nan=False,
                          description="Platt scaling of the score: P = 1 / (1 + exp(-(slope * score + offset)))")
     offset: float = Field(0.0, allow_inf_nan=False)
@@ -211,6 +224,9 @@ class Refuse(_Strict):
 
 
 class Decide(_Strict):
+    """Whether to answer: the answerability model, thresholds on P(answerable), tiers per
+    question type or tag, and when a question is refused."""
+
     refuse: Refuse = Field(default_factory=Refuse)
     model: Optional[AnswerabilityModel] = Field(
         default_factory=_default_model, description="answerability model: thresholds compare P(answerable) from it; "
@@ -223,6 +239,8 @@ class Decide(_Strict):
 
 # ---- 6. access and 7. trace -----------------------------------------------------------------
 class Access(_Strict):
+    """Who may see what: documents' permission tags, named principals and the tags they may read."""
+
     key: str = Field("access", description="document metadata key holding its permission tags (comma-separated)")
     untagged: Literal["visible", "hidden"] = Field(
         "visible", description="documents without tags, for a restricted query: visible to everyone, or hidden")
@@ -232,6 +250,8 @@ class Access(_Strict):
 
 
 class Trace(_Strict):
+    """A JSONL record per question (as `query --trace` writes)."""
+
     path: Optional[str] = Field(None, description="append one JSONL record per question to this file")
 
 
@@ -354,3 +374,25 @@ class Contract(_Strict):
 def default_contract() -> Contract:
     return Contract(contract_version=1)
 
+
+
+# ---- the JSON Schema, for editors -----------------------------------------------------------
+SCHEMA_FILE = "kbtool.schema.json"  # where `contract init --schema` writes it, beside the contract
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a contract file, generated from these models (descriptions included), for
+    editors that validate and complete YAML against one (yaml-language-server: VS Code's YAML
+    extension, Neovim, Helix). Declared draft-07, the draft yaml-language-server validates; pydantic's
+    output uses nothing later (``$defs`` is reached by JSON pointer). What a model checks in code
+    (low_confidence not above answer, a filter's syntax) is left to ``kbtool contract validate``."""
+    from .. import __version__
+
+    schema = Contract.model_json_schema()
+    return {"$schema": "http://json-schema.org/draft-07/schema#",
+            "title": "kbtool retrieval contract (kbtool.yaml)",
+            "description": "How a question becomes an answer: preprocessing, retrieval and fusion, post-processing, "
+                           "the context block, when to answer or refuse, and who may see what. Check a file with "
+                           "`kbtool contract validate`.",
+            "$comment": f"generated by kbtool {__version__} (`kbtool contract schema`); regenerate after upgrading",
+            **{k: v for k, v in schema.items() if k not in ("title", "description")}}

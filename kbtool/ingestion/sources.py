@@ -158,6 +158,32 @@ def declared_sources(contract, contract_path: Path | None) -> list[tuple[Path, I
     return out
 
 
+def binds(contract, contract_path: Path, store: Path | None, paths=()) -> bool:
+    """Whether a contract found in the working directory (``./kbtool.yaml``, not named by
+    ``--contract`` or $KBTOOL_CONTRACT) declares the sources of ``store`` (None: the default one):
+    the store beside it (``.kb`` in its folder), a store built from a contract's ``data.sources``,
+    or a store that records no source yet, built now from them (no path given, or only paths under
+    a declared root). Any other store was built from folders named on the command line: the
+    contract's sources are not its, and an ingest into it does not apply them."""
+    from ..errors import StoreError
+    from ..store import DEFAULT_STORE, default_store_path
+    from ..store import manifest as store_manifest
+
+    home = contract_path.resolve().parent
+    where = Path(store or default_store_path())
+    if where.resolve() == (home / DEFAULT_STORE).resolve():
+        return True
+    if (where / "manifest.json").is_file():
+        try:
+            recorded = store_manifest.read(where).get("sources") or {}
+        except StoreError:
+            return True  # opening the store says what is wrong with it
+        if recorded:
+            return any(rec.get("declared") for rec in recorded.values())
+    roots = [(home / Path(s.root).expanduser()).resolve() for s in contract.data.sources]
+    return all(any(Path(raw).resolve().is_relative_to(root) for root in roots) for raw in paths)
+
+
 def plan(store: Store, paths, options: IngestOptions, declared, update: bool, root_moved) -> tuple[list, list[str]]:
     """(jobs, roots of sources no longer declared). Raises UsageError for option clashes."""
     recorded = store.sources()
@@ -189,7 +215,9 @@ def plan(store: Store, paths, options: IngestOptions, declared, update: bool, ro
             real = Path(raw).resolve()
             if not any(real.is_relative_to(r) for r in roots):
                 raise UsageError(f"{raw} is not under a source the contract declares (data.sources): add it there, "
-                                 "or ingest it into another store")
+                                 "or ingest it into another store (a kbtool.yaml found in the working directory "
+                                 "declares the sources of its own store only; a contract named by --contract "
+                                 "or $KBTOOL_CONTRACT, of any)")
     if declared:
         if given:
             k = next(iter(given))
