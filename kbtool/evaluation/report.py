@@ -471,10 +471,10 @@ def _reliability_chart(title: str, series: dict[str, list[dict]]) -> str:
 
 
 def render_calibration_html(data: dict, figures: list[tuple[str, str, str, bytes]]) -> str:
-    """calibrate's report.html: what the calibration found (``_calibration``'s tables), its notes,
-    its plots ((file name, title, caption, PNG bytes), ``outputs.calibration_figures``), each
-    embedded as a data: URI so the page stands alone, and the questions its thresholds decide
-    wrongly (folded)."""
+    """calibrate's report.html: what the calibration found (``_calibration``'s tables), its plots
+    ((file name, title, caption, PNG bytes), ``outputs.calibration_figures``), each embedded as a
+    data: URI so the page stands alone, its notes, and the questions its thresholds decide wrongly
+    (folded)."""
     app = data.get("appendix") or {}
     intro = (f'<p class="meta">{data.get("questions")} questions ({data.get("answerable")} answerable, '
              f'{data.get("unanswerable")} unanswerable); objective {escape(str(data.get("objective")))}.</p>')
@@ -493,8 +493,8 @@ def render_calibration_html(data: dict, figures: list[tuple[str, str, str, bytes
                            ("wrongly_answered", "unanswerable questions answered")) if mis.get(key))
     sections = [
         ("proposal", "Proposal", _calibration({"appendix": app}, None, "What calibrate found (the proposal)")),
-        ("notes", "Notes", f"<h2>Notes</h2><ul>{notes}</ul>" if notes else ""),
         ("plots", "Plots", f'<h2>Plots</h2><div class="row">{plots}</div>' if plots else ""),
+        ("notes", "Notes", f"<h2>Notes</h2><ul>{notes}</ul>" if notes else ""),
         ("mistakes", "Threshold mistakes",
          "<h2>Questions the thresholds decide wrongly</h2><p>On the values the thresholds were chosen on "
          f"(out of fold with a model).</p>{wrong}" if wrong else ""),
