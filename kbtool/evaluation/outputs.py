@@ -1,6 +1,6 @@
 """Files a run leaves behind: eval's summary.json, per-question CSV, TREC runs and qrels and HTML
-report; calibrate's calibration.json, its plots (calibration*.png) and report.html. Writers only: every number is already
-in the report or result they are given.
+report; calibrate's calibration.json, its plots (calibration*.png) and report.html. Writers
+only: every number is already in the report or result they are given.
 """
 
 from __future__ import annotations
