@@ -157,9 +157,15 @@ def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_p
     assert json.loads((tmp_path / "cal" / "calibration.json").read_text())["heldout"] == data["heldout"]
     import base64
 
-    page = (tmp_path / "cal" / "report.html").read_text()  # calibration.png inside: one file to open
-    png = (tmp_path / "cal" / "calibration.png").read_bytes()
-    assert f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page
+    page = (tmp_path / "cal" / "report.html").read_text()  # every plot inside: one file to open
+    for png in sorted((tmp_path / "cal").glob("calibration*.png")):
+        assert f'<img src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"' in page, png.name
+    # each tier's chosen threshold is a point of its own tier's curve, at the rates reported
+    th, curves = data["thresholds"], data["threshold_curves"]
+    assert list(curves) == ["default", *th["tiers"]]
+    for name, t in [("default", th["default"]), *th["tiers"].items()]:
+        at = [r for r in curves[name] if r["threshold"] == t["low_confidence"]]
+        assert [(r["false_refusal"], r["false_answer"]) for r in at] == [(t["false_refusal"], t["false_answer"])]
     assert (tmp_path / "kbtool.yaml").read_text() == text  # nothing written without --write
     r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path), "--write", "-q"])
     assert r.exit_code == 0, r.output

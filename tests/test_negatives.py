@@ -240,6 +240,10 @@ def test_generated_negatives_never_count_in_the_real_rates(few):
     assert round(o["false_refusal"] * n_ans) == len(m["wrongly_refused"])
     assert round(o["false_answer"] * FEW_UNANSWERABLE) == len(m["wrongly_answered"])
     assert auto.verification["refusal"]["unanswerable"] == FEW_UNANSWERABLE
+    # each tier's trade-off curve is on the real questions too: its chosen point at the rates reported
+    for name, t in [("default", auto.thresholds["default"]), *auto.thresholds["tiers"].items()]:
+        at = [r for r in auto.threshold_curves[name] if r["threshold"] == t["low_confidence"]]
+        assert [(r["false_refusal"], r["false_answer"]) for r in at] == [(t["false_refusal"], t["false_answer"])], name
 
 
 def test_the_mix_generated_negatives_bring_is_not_the_mix_p_and_the_answer_threshold_assume():

@@ -23,7 +23,7 @@ def calibrate(
     max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", min=0, max=1, help="Choose the refuse threshold so at most this share of answerable questions is refused.")] = None,
     negatives: Annotated[str, typer.Option("--negatives", help="Generated unanswerable questions for the model fit and thresholds (never in a reported rate): auto (when fewer than 20 are written), none, leave-out (answerable questions without their labelled documents), name-swap (a named thing swapped for one the knowledge base never mentions), all.")] = "auto",
     write: Annotated[bool, typer.Option("--write", help="Write the proposal into the contract file (bumps contract_version, records the calibration).")] = False,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write calibration.json and calibration.png (trade-off, score distributions, weight curves) here.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write calibration.json, one PNG per plot (calibration.png: the refusal trade-off per tier) and report.html (everything on one page) here.")] = None,
     principal: Annotated[Optional[str], typer.Option("--principal", help="Calibrate as this principal (access.principals), as query does.")] = None,
     allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Permission tag held (repeatable), as query does.")] = None,
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file (as for eval).")] = None,

@@ -56,7 +56,7 @@ from ..contract.file import rule_group
 from .metrics import parse_metric, score
 from .provenance import question_set_record, store_fingerprint
 from .questions import DEFAULT_DEPTH
-from .thresholds import TYPED, choose_thresholds, evidence_of, heldout_rates, mistakes_of, pick
+from .thresholds import TYPED, choose_thresholds, evidence_of, heldout_rates, mistakes_of, pick, tradeoff_curves
 
 if TYPE_CHECKING:
     from ..contract import CalibrationRecord
@@ -99,7 +99,7 @@ class CalibrationResult:
     heldout: dict
     weight_curves: dict
     thresholds: dict | None
-    threshold_table: list[dict]
+    threshold_table: list[dict]  # every question under one threshold (the trade-off without tiers)
     distributions: dict
     notes: list[str] = field(default_factory=list)
     verification: dict | None = None
@@ -107,6 +107,7 @@ class CalibrationResult:
     answerability: dict = field(default_factory=dict)  # its out-of-fold quality, ROC, reliability, rates
     appendix: "CalibrationRecord | None" = None  # what --write records in the contract's calibration
     timings: dict = field(default_factory=dict)
+    threshold_curves: dict = field(default_factory=dict)  # per tier, its questions' trade-off (``tradeoff_curves``)
 
     def to_dict(self) -> dict:
         return {k: (v.to_dict() if k == "appendix" and v is not None else v) for k, v in self.__dict__.items()}
@@ -544,6 +545,7 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
         y_held, refused_held = held
         refused_held = refused_held & np.array([evidence[id(it)] is not None for it in items])
         answerability["heldout_thresholds"] = heldout_rates(y_held, refused_held)
+    curves_by_tier = tradeoff_curves(final, items, conf, thresholds, evidence) if thresholds else {}
     if thresholds:
         answerability["mistakes"] = mistakes_of(final, items, conf, thresholds, answerability.pop("signals"), evidence)
     else:
@@ -566,7 +568,8 @@ def calibrate(store, qs, contract, *, objective: str = "ndcg@10", folds: int = 5
                  # the coverage rule's own test: the same choice with and without it, held out
                  "coverage_rule": {"with": round(with_rule, 4), "without": round(float(plain.mean()), 4),
                                    "gain": round(rule_gain, 4), "p_value": round(rule_p, 4)}},
-        weight_curves=curves, thresholds=thresholds, threshold_table=table, distributions=dist, notes=notes,
+        weight_curves=curves, thresholds=thresholds, threshold_table=table, threshold_curves=curves_by_tier,
+        distributions=dist, notes=notes,
         model=None if model is None else model.model_dump(mode="json"), answerability=answerability,
     )
     t2 = time.perf_counter()

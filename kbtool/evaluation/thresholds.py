@@ -156,6 +156,33 @@ def choose_thresholds(contract, items, conf, max_fa, max_fr, evidence: dict):
              "needs_evidence": contract.decide.refuse.needs_evidence}, table, notes)
 
 
+def tradeoff_curves(contract, items, conf, thresholds: dict, evidence: dict) -> dict[str, list[dict]]:
+    """Per tier (default first, then ``thresholds["tiers"]``), the false answer and false refusal
+    rates of its own questions over refuse-below thresholds: every 0.05, the midpoints ``pick``
+    chooses among and the tier's chosen ``low_confidence``, so the chosen point is a point of its
+    tier's curve (counted by the same ``rates``). A tier's questions are those ``thresholds_for``
+    gives it on the contract as written; ``items``: the real questions the rates are reported on."""
+    from ..contract import Thresholds
+
+    written = with_tiers(contract, {n: Thresholds() for n in thresholds["tiers"]})
+    tier = {id(it): written.thresholds_for(it.types, it.tags)[0] for it in items}
+    curves = {}
+    for name, chosen in [("default", thresholds["default"]), *thresholds["tiers"].items()]:
+        members = [it for it in items if tier[id(it)] == name]
+        ans = refusable([conf[id(it)] for it in members if it.q.answerable],
+                        [evidence[id(it)] for it in members if it.q.answerable])
+        unans = refusable([conf[id(it)] for it in members if not it.q.answerable],
+                          [evidence[id(it)] for it in members if not it.q.answerable])
+        seen = sorted({0.0, 1.0, *(round(float(c), 4) for c in (*ans, *unans) if c is not None and c != UNREFUSABLE)})
+        points = {round(x / 20, 2) for x in range(21)} | {round((a + b) / 2, 4) for a, b in zip(seen, seen[1:])}
+        curve = []
+        for t in sorted(points | {chosen["low_confidence"]}):
+            fa, fr = rates(ans, unans, t)
+            curve.append({"threshold": t, "false_answer": round(fa, 4), "false_refusal": round(fr, 4)})
+        curves[name] = curve
+    return curves
+
+
 def evidence_of(contract, items, signals: dict) -> dict[int, str | None]:
     """Each question's evidence of absence under ``contract.decide.refuse`` (``decide.absence``)."""
     from ..query.decide import absence
