@@ -316,3 +316,17 @@ def test_ingest_counts_skipped_files_by_type_and_names_them_with_v(tmp_path):
     assert "unchanged" not in report and report["counts"]["unchanged"] == 1
     r = run("ingest", docs, "--store", kb, "--parse-only", "--json", "-v")
     assert json.loads(r.stdout)["unchanged"] == ["guide.md"]
+
+
+def test_status_of_an_empty_store_says_the_model_has_not_run_instead_of_question_marks(tmp_path):
+    from kbtool.store import Store
+
+    Store.open(tmp_path / "kb", create=True).close()
+    r = run("status", "--store", tmp_path / "kb")
+    assert r.exit_code == 0, r.output
+    assert "?-d" not in r.stdout and "? tokens" not in r.stdout, r.stdout
+    assert not re.search(r"^\s*(chunking|last ingest)\s+None", r.stdout, re.M), r.stdout
+    model = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("model"))
+    assert "all-MiniLM-L6-v2  (not run yet" in model, model
+    assert re.search(r"^\s*chunks\s+0\s*$", r.stdout, re.M) and re.search(r"chunking\s+not chunked yet", r.stdout)
+    assert re.search(r"indexes\s+nothing ingested yet: run `kbtool ingest PATH`", r.stdout), r.stdout
