@@ -330,3 +330,20 @@ def test_status_of_an_empty_store_says_the_model_has_not_run_instead_of_question
     assert "all-MiniLM-L6-v2  (not run yet" in model, model
     assert re.search(r"^\s*chunks\s+0\s*$", r.stdout, re.M) and re.search(r"chunking\s+not chunked yet", r.stdout)
     assert re.search(r"indexes\s+nothing ingested yet: run `kbtool ingest PATH`", r.stdout), r.stdout
+
+
+def test_help_names_values_by_metavar_never_by_python_type():
+    """Every command's --help shows `--filter SPEC`, `--top-k N`, `TEXT`, never typer's `<list[str]>`,
+    `<int range>`, `<float range>`, `<str>`, `<path>` placeholders (nor any other `<word>`)."""
+    import typer.main
+
+    root = typer.main.get_command(app)
+    commands = [[]] + [[name] for name in root.commands]
+    commands += [[name, sub] for name, group in root.commands.items() for sub in getattr(group, "commands", {})]
+    assert ["contract", "show"] in commands and ["query"] in commands
+    for command in commands:
+        r = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, (command, r.output)
+        placeholders = re.findall(r"<[A-Za-z][^<>\s]*(?: range)?>", r.stdout)
+        assert not placeholders, (command, placeholders)
+        assert "[[" not in r.stdout.splitlines()[0], r.stdout.splitlines()[0]  # usage: [PATH]..., not [[PATH]...]...

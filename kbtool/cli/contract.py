@@ -15,7 +15,7 @@ app.add_typer(contract_app, name="contract")
 @contract_app.command("init")
 @handle_errors
 def init(
-    path: Annotated[Path, typer.Argument(help="Where to write it.")] = Path("kbtool.yaml"),
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="Where to write it.")] = Path("kbtool.yaml"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ):
     """Write the built-in contract, every key commented, to edit and commit beside your code."""
@@ -53,7 +53,7 @@ def show(contract: ContractOpt = None, set_: SetOpt = None, json_: JsonOpt = Fal
 @contract_app.command("validate")
 @handle_errors
 def validate(
-    path: Annotated[Optional[Path], typer.Argument(help="Contract file [default: as for --contract].")] = None,
+    path: Annotated[Optional[Path], typer.Argument(metavar="FILE", help="Contract file [default: as for --contract].")] = None,
     set_: SetOpt = None,
     check_store: Annotated[bool, typer.Option("--check-store", help="Also check the store: required metadata present, filters known.")] = False,
     store: StoreOpt = None,

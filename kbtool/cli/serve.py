@@ -12,13 +12,13 @@ from ._common import ContractOpt, SetOpt, StoreOpt, err, handle_errors, load_con
 @app.command()
 @handle_errors
 def serve(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on; a non-loopback one serves the network (use --tokens).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0: a free one, printed when ready).")] = 8765,
+    host: Annotated[str, typer.Option("--host", metavar="ADDR", help="Address to listen on; a non-loopback one serves the network (use --tokens).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", metavar="N", min=0, max=65535, help="TCP port (0: a free one, printed when ready).")] = 8765,
     tokens: Annotated[Optional[Path], typer.Option("--tokens", envvar="KBTOOL_SERVE_TOKENS_FILE", metavar="FILE", help="YAML or JSON {TOKEN: {principal: NAME} or {allow: [TAG]}}: every /v1 request then needs Authorization: Bearer TOKEN and reads as its caller [env KBTOOL_SERVE_TOKENS_FILE].")] = None,
-    principal: Annotated[Optional[str], typer.Option("--principal", help="Without --tokens: every request reads as this principal (access.principals).")] = None,
-    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Without --tokens: a permission tag every request holds (repeatable).")] = None,
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, help="Retrievals running at once; the rest wait.")] = 8,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds a request may take, waiting included, before a 504 (0: no limit).")] = 30.0,
+    principal: Annotated[Optional[str], typer.Option("--principal", metavar="NAME", help="Without --tokens: every request reads as this principal (access.principals).")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", metavar="TAG", help="Without --tokens: a permission tag every request holds (repeatable).")] = None,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", metavar="N", min=1, help="Retrievals running at once; the rest wait.")] = 8,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0, help="Seconds a request may take, waiting included, before a 504 (0: no limit).")] = 30.0,
     mcp: Annotated[Optional[str], typer.Option("--mcp", metavar="stdio|http", help="Serve the Model Context Protocol instead of the HTTP API: stdio (for an agent that starts kbtool) or http (streamable HTTP on --host/--port).")] = None,
     watch: Annotated[bool, typer.Option("--watch", help="Re-ingest the store's sources (the contract's data.sources, else the folders it was ingested from) when their files change: debounced, under the writer lock; answers say when the sources changed and are not indexed yet.")] = False,
     log_level: Annotated[str, typer.Option("--log-level", metavar="LEVEL", help="critical, error, warning, info (kbtool's own events: a reload, a re-ingest) or debug (also the server's and libraries' own).")] = "info",

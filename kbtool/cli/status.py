@@ -13,8 +13,8 @@ from ._common import ContractOpt, JsonOpt, StoreOpt, handle_errors, load_contrac
 def status(
     store: StoreOpt = None,
     json_: JsonOpt = False,
-    principal: Annotated[Optional[str], typer.Option("--principal", help="Count only what this principal (access.principals) may read.")] = None,
-    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Count only documents with this permission tag (repeatable).")] = None,
+    principal: Annotated[Optional[str], typer.Option("--principal", metavar="NAME", help="Count only what this principal (access.principals) may read.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", metavar="TAG", help="Count only documents with this permission tag (repeatable).")] = None,
     contract: ContractOpt = None,
 ):
     """What the store holds: documents, chunks, model, sizes, last ingest.
