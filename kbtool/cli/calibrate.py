@@ -31,6 +31,7 @@ def calibrate(
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the proposed contract as a unified diff (by default: a line per section that changes).")] = False,
 ):
     """Tune fusion weights (per question type) by cross-validation, fit the answerability model
     (P(answerable) from the pipeline's signals, out of fold) and choose refusal thresholds on
@@ -93,10 +94,19 @@ def calibrate(
     if json_:
         print_json({**result.to_dict(), "diff": diff, "written": str(target) if write else None})
         return
-    from .calibrate_render import render
+    from .calibrate_render import changes_lines, render
 
     render(result, out)
-    out.file.write(diff if diff else "(no change)\n")
+    if verbose or not diff:
+        out.file.write(diff if diff else "(no change)\n")
+    else:
+        import yaml
+
+        before = yaml.safe_load(old or dump_yaml(c))
+        out.print(f"proposed {target} (from {path or 'the built-in contract'}; -v prints the "
+                  f"{diff.count(chr(10))}-line diff):", highlight=False, markup=False)
+        for line in changes_lines(before, yaml.safe_load(new)):
+            out.print("  " + line, highlight=False, markup=False)
     if write:
         if not quiet:
             err.print(f"wrote {target} (contract_version {result_version(new)})", highlight=False, markup=False)
