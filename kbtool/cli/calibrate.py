@@ -94,19 +94,10 @@ def calibrate(
     if json_:
         print_json({**result.to_dict(), "diff": diff, "written": str(target) if write else None})
         return
-    from .calibrate_render import changes_lines, render
+    from .calibrate_render import print_change, render
 
     render(result, out)
-    if verbose or not diff:
-        out.file.write(diff if diff else "(no change)\n")
-    else:
-        import yaml
-
-        before = yaml.safe_load(old or dump_yaml(c))
-        out.print(f"proposed {target} (from {path or 'the built-in contract'}; -v prints the "
-                  f"{diff.count(chr(10))}-line diff):", highlight=False, markup=False)
-        for line in changes_lines(before, yaml.safe_load(new)):
-            out.print("  " + line, highlight=False, markup=False)
+    print_change(out, old or dump_yaml(c), new, diff, path or "the built-in contract", target, verbose)
     if write:
         if not quiet:
             err.print(f"wrote {target} (contract_version {result_version(new)})", highlight=False, markup=False)

@@ -108,6 +108,20 @@ def _ci(iv) -> str:
     return "n/a" if not iv else f"{iv[0]:.0%}–{iv[1]:.0%}"
 
 
+def print_change(console, old: str, new: str, diff: str, source, target, verbose: bool) -> None:
+    """The contract change calibrate proposes: a line per section (``changes_lines``), or with
+    ``verbose`` the unified ``diff`` of the file."""
+    if verbose or not diff:
+        console.file.write(diff if diff else "(no change)\n")
+        return
+    import yaml
+
+    console.print(f"proposed {target} (from {source}; -v prints the {diff.count(chr(10))}-line diff):",
+                  highlight=False, markup=False)
+    for line in changes_lines(yaml.safe_load(old), yaml.safe_load(new)):
+        console.print("  " + line, highlight=False, markup=False)
+
+
 SHOWN_VALUES = 3  # changed values named in a section's line; more are counted
 
 
