@@ -76,3 +76,12 @@ class GateFailed(KbtoolError):
     """An evaluation gate (or a significant regression) failed: exit 3, apart from errors."""
 
     exit_code = EXIT_GATE
+
+
+def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
+    """" (did you mean 'lang'?)" when one of ``choices`` is close to ``word`` (difflib, as `kbtool
+    qurey` gets 'query'), else "": for a message naming an unknown key, mode or option."""
+    import difflib
+
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -169,6 +169,9 @@ def test_cli_calibrate_write_keeps_comments_and_eval_holds_ci_to_it(blind, tmp_p
     assert (tmp_path / "kbtool.yaml").read_text() == text  # nothing written without --write
     r = runner.invoke(app, ["calibrate", str(qfile), "--store", str(store.path), "--write", "-q"])
     assert r.exit_code == 0, r.output
+    # the terminal: a line per changed section, not the YAML diff (-v prints that)
+    assert "proposed kbtool.yaml (from kbtool.yaml; -v prints the" in r.stdout and "  contract_version: 1 -> 2" in r.stdout
+    assert "@@" not in r.stdout and "+++" not in r.stdout and "  calibration: added" in r.stdout, r.stdout
     written = (tmp_path / "kbtool.yaml").read_text()
     assert "# team: reviewed by ops" in written and "# your version of this contract" in written
     c = load_contract(tmp_path / "kbtool.yaml")

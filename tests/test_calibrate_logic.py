@@ -465,3 +465,36 @@ def test_calibrate_reports_the_coverage_rule_test_held_out(tiny, fake_embedder):
             {"bm25_coverage_below": 0.35, "weights": {"dense": 0.8, "bm25": 0.2}}]
     elif not (test["gain"] > 0 and test["p_value"] < 0.05):
         assert r.proposed["coverage_rules"] == []
+
+
+def test_the_proposed_change_is_a_line_per_section_naming_each_tier():
+    """calibrate prints what it would change as a line per contract section — each threshold under
+    the name of its tier — not a 190-line YAML diff (-v prints that)."""
+    import copy
+
+    import yaml
+
+    from kbtool.cli.calibrate_render import changes_lines
+    from kbtool.contract import default_contract, dump_yaml
+
+    old = yaml.safe_load(dump_yaml(default_contract()))
+    new = copy.deepcopy(old)
+    new["contract_version"] = 2
+    new["decide"]["thresholds"].update(answer=0.9116, low_confidence=0.6905)
+    new["decide"]["tiers"] = {"identifier": {"answer": 0.7006, "low_confidence": 0.7006}}
+    new["decide"]["model"]["intercept"] = 1.5
+    new["decide"]["model"]["coefficients"] = {k: v + 1 for k, v in new["decide"]["model"]["coefficients"].items()}
+    new["calibration"] = {"date": "2026-12-07", "store": {"documents": 20, "chunks": 197}, "objective": "ndcg@10",
+                          "folds": 5, "seed": 0}
+    lines = changes_lines(old, new)
+    t = old["decide"]["thresholds"]
+    assert lines == [
+        "contract_version: 1 -> 2",
+        f"decide.model (the answerability model): {len(new['decide']['model']['coefficients']) + 1} values of "
+        "coefficients, intercept",
+        f"decide.thresholds (the default tier's thresholds): answer {t['answer']} -> 0.9116, low_confidence "
+        f"{t['low_confidence']} -> 0.6905",
+        "decide.tiers.identifier (the identifier tier's thresholds): added: answer 0.7006, low_confidence 0.7006",
+        "calibration: added: 6 values of date, store, objective, folds, …",
+    ]
+    assert changes_lines(old, old) == []

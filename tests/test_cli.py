@@ -104,7 +104,7 @@ def test_beir_folder_ingests_with_doc_ids(tmp_path):
     assert r.exit_code == 0, r.output  # an empty record is skipped (nothing to index), not a failure
     report = json.loads(r.stdout)
     assert sorted(report["added"]) == ["d1", "d2", "d3"] and not report["failed"]
-    assert report["skipped"] == [{"path": "d4", "reason": "record has neither title nor text: nothing to index"}]
+    assert report["skipped"] == {"record has neither title nor text: nothing to index": ["d4"]}
     r = run("query", "hypersonic shock", "--store", kb, "--json")
     assert json.loads(r.stdout)["hits"][0]["doc_id"] == "d2"
     r = run("ingest", "--format", "beir", beir, "--store", kb, "--json", "-q")
@@ -160,7 +160,7 @@ def test_a_failed_file_fails_the_ingest_unless_allowed(tmp_path):
     r = run("ingest", docs, "--store", kb, "--json", "-q")
     assert r.exit_code == 1
     report = json.loads(r.stdout)
-    assert len(report["failed"]) == 12 and report["skipped"][0]["path"] == "empty.md"
+    assert len(report["failed"]) == 12 and report["skipped"] == {"empty file: nothing to index": ["empty.md"]}
     r = run("ingest", docs, "--store", kb, "-q", "--allow-failures", "12")
     assert r.exit_code == 0, r.output
     r = run("ingest", docs, "--store", kb, "-q", "--allow-failures", "11")
@@ -270,3 +270,68 @@ def test_missing_includes_are_named_with_their_file(tmp_path):
     write(docs / "sub" / "page.md", "# Page\n\nChanged.\n\n--8<-- \"snippets/missing.md\"\n")
     r = run("ingest", docs, "--store", kb, "--json", "-q")
     assert json.loads(r.stdout)["missing_includes"] == [{"doc_id": "sub/page.md", "include": "snippets/missing.md"}]
+
+
+def test_ingest_counts_skipped_files_by_type_and_names_them_with_v(tmp_path):
+    """A docs folder full of images and styles: one line counts the unsupported files by extension
+    (not a line each); a reason met by a few files names them, by many names the first few; -v names
+    every file; --json keeps every name, grouped by reason, and leaves the unchanged documents out."""
+    docs = tmp_path / "docs"
+    write(docs / "guide.md", "# Guide\n\nThe server listens on port 8443.\n")
+    for i in range(30):
+        (docs / "img").mkdir(exist_ok=True)
+        (docs / f"img/p{i:02d}.png").write_bytes(b"\x89PNG")
+    for i in range(5):
+        write(docs / f"css/s{i}.css", "body {}\n")
+        write(docs / f"drafts/d{i}.md", "  \n")
+    write(docs / "LICENSE", "MIT\n")
+    write(docs / "notes/empty.txt", "")
+    kb = tmp_path / "kb"
+    r = run("ingest", docs, "--store", kb, "--parse-only")
+    assert r.exit_code == 0, r.output
+    skipped = [ln for ln in r.stderr.splitlines() if ln.startswith("skipped")]
+    assert skipped == [
+        "skipped 36 files: 30 .png, 5 .css, 1 no extension (unsupported type; -v names them)",
+        "skipped 6 files (empty file: nothing to index): drafts/d0.md, drafts/d1.md, drafts/d2.md and 3 more "
+        "(-v names them)"], r.stderr
+    r = run("ingest", docs, "--store", kb, "--parse-only", "-v")
+    assert "skipped img/p29.png: unsupported file type .png" in r.stderr and "skipped drafts/d4.md" in r.stderr
+    assert "skipped 36 files: 30 .png, 5 .css, 1 no extension (unsupported type)" in r.stderr
+    r = run("ingest", docs, "--store", kb, "--parse-only", "--json")
+    report = json.loads(r.stdout)
+    assert report["skipped"]["unsupported file type .png"][0] == "img/p00.png"
+    assert len(report["skipped"]["empty file: nothing to index"]) == 6 and report["counts"]["skipped"] == 42
+    assert "unchanged" not in report and report["counts"]["unchanged"] == 1
+    r = run("ingest", docs, "--store", kb, "--parse-only", "--json", "-v")
+    assert json.loads(r.stdout)["unchanged"] == ["guide.md"]
+
+
+def test_status_of_an_empty_store_says_the_model_has_not_run_instead_of_question_marks(tmp_path):
+    from kbtool.store import Store
+
+    Store.open(tmp_path / "kb", create=True).close()
+    r = run("status", "--store", tmp_path / "kb")
+    assert r.exit_code == 0, r.output
+    assert "?-d" not in r.stdout and "? tokens" not in r.stdout, r.stdout
+    assert not re.search(r"^\s*(chunking|last ingest)\s+None", r.stdout, re.M), r.stdout
+    model = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("model"))
+    assert "all-MiniLM-L6-v2  (not run yet" in model, model
+    assert re.search(r"^\s*chunks\s+0\s*$", r.stdout, re.M) and re.search(r"chunking\s+not chunked yet", r.stdout)
+    assert re.search(r"indexes\s+nothing ingested yet: run `kbtool ingest PATH`", r.stdout), r.stdout
+
+
+def test_help_names_values_by_metavar_never_by_python_type():
+    """Every command's --help shows `--filter SPEC`, `--top-k N`, `TEXT`, never typer's `<list[str]>`,
+    `<int range>`, `<float range>`, `<str>`, `<path>` placeholders (nor any other `<word>`)."""
+    import typer.main
+
+    root = typer.main.get_command(app)
+    commands = [[]] + [[name] for name in root.commands]
+    commands += [[name, sub] for name, group in root.commands.items() for sub in getattr(group, "commands", {})]
+    assert ["contract", "show"] in commands and ["query"] in commands
+    for command in commands:
+        r = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, (command, r.output)
+        placeholders = re.findall(r"<[A-Za-z][^<>\s]*(?: range)?>", r.stdout)
+        assert not placeholders, (command, placeholders)
+        assert "[[" not in r.stdout.splitlines()[0], r.stdout.splitlines()[0]  # usage: [PATH]..., not [[PATH]...]...

@@ -583,3 +583,18 @@ def test_sensitive_rules_are_those_the_load_read_and_copies_share_them(tmp_path)
     write(lex, "categories:\n  b:\n    words: [beta]\n")
     names = [x.name for x in load_contract(path).postprocess.sensitive.rules().categories]
     assert "b" in names and "a" not in names
+
+
+@pytest.mark.parametrize("override,hint", [
+    ("retrieve.topk=3", "retrieve.topk: unknown key (did you mean 'top_k'?)"),
+    ("postprocess.diversity.mmr_lambdda=0.5", "postprocess.diversity.mmr_lambdda: unknown key (did you mean 'mmr_lambda'?)"),
+    ("data.metadata.lang.filterabel=true", "data.metadata.lang.filterabel: unknown key (did you mean 'filterable'?)"),
+    ("data.sources=[{root: docs, inclde: ['*.md']}]", "data.sources.0.inclde: unknown key (did you mean 'include'?)"),
+    ("decide.tiers.identifier.answr=0.5", "decide.tiers.identifier.answr: unknown key (did you mean 'answer'?)"),
+    ("contract_versoin=1", "contract_versoin: unknown key (did you mean 'contract_version'?)"),
+    ("retrieve.xyzzy=1", "retrieve.xyzzy: unknown key (check the spelling)"),
+])
+def test_an_unknown_contract_key_names_the_closest_known_one_at_any_depth(override, hint):
+    with pytest.raises(ContractError) as info:
+        load_contract(None, [override], search=False)
+    assert str(info.value).endswith(hint), str(info.value)

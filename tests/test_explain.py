@@ -3,6 +3,8 @@ close in spelling and meaning, one rounding rule, and the contract in force."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kbtool.query.preprocess import detect_identifiers, detect_types, preprocess
@@ -146,7 +148,14 @@ def test_refusal_names_missing_terms_as_spelled_and_the_nearest_miss_with_its_ci
     assert "the knowledge base never mentions 'Mangum' or 'Lambda'" in ex["message"]
     assert f"nearest miss: {best.citation} at relevance {shown(best.confidence, (0.5, 0.4))}" in ex["message"]
     assert best.citation.startswith("deploy/docker.md:") and ex["best"]["citation"] == best.citation
-    assert ex["message"].startswith(f"confidence {shown(ans.confidence, (0.5, 0.4))} is below the refuse threshold 0.40")
+    assert ex["message"].startswith(f"confidence {shown(ans.confidence, (0.5, 0.4))} is below the refuse threshold 0.40 "
+                                    "(default tier)")  # the contract has tiers: each threshold is named by its own
+    code = retrieve(kb, contract(*CONFIDENCE), "What does error TW-E5121 mean?", embedder=embedder)
+    assert code.tier == "identifier"
+    assert re.search(r"threshold 0\.(45|35) \(identifier tier\)", code.explanation["message"]), code.explanation["message"]
+    plain = retrieve(kb, contract("decide.model=null", "decide.thresholds={answer: 0.5, low_confidence: 0.4}"),
+                     "How do I run it with Mangum on Lambda?", embedder=embedder)
+    assert "tier)" not in plain.explanation["message"]  # no tiers: nothing to tell apart
 
 
 def test_low_confidence_and_answer_messages(kb, embedder):

@@ -133,8 +133,8 @@ def test_analyzer_reads_code_marks_as_the_plain_words():
     assert a("```python") == ["python"] and a("```") == [] and a("~~~") == []
 
 
-def _ingest(folder: Path, kb: Path) -> dict:
-    r = runner.invoke(app, ["ingest", str(folder), "--store", str(kb), "--json"])
+def _ingest(folder: Path, kb: Path, *extra: str) -> dict:
+    r = runner.invoke(app, ["ingest", str(folder), "--store", str(kb), "--json", *extra])
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
 
@@ -205,7 +205,7 @@ def test_a_store_parsed_before_reparses_and_keeps_vectors_of_unchanged_chunks(tm
     notes_rows = "SELECT rowid, chunk_id FROM chunks WHERE doc_id='notes.md'"
     notes_before = [tuple(r) for r in Store.open(kb).catalog.db.execute(notes_rows)]
 
-    report = _ingest(docs, kb)
+    report = _ingest(docs, kb, "-v")  # -v: the unchanged documents by name too
     assert sorted(report["updated"]) == ["api.md", "notes.md"] and report["unchanged"] == ["readme.txt"]
     new = Store.open(kb).catalog.db.execute("SELECT text FROM chunks WHERE doc_id='api.md'").fetchall()
     assert any("`security_scopes.scopes`" in r["text"] for r in new)

@@ -250,3 +250,25 @@ def test_vectors_a_query_loaded_while_a_writer_indexed_are_not_held_past_the_wri
     got = store.dense_search(vecs, 3, sc.allowed_docs, allowed=sc.allowed, extra=sc.extra_dense)
     assert _ids_scores(got) == _ids_scores(_native(store, vecs, sc, 3))
     assert got[0][0][0] == "new.md#0"
+
+
+def test_a_mistyped_filter_key_mode_or_retriever_gets_a_did_you_mean(tmp_path, fake_embedder):
+    """`--filter lnag=en` names 'lang', `--mode hybird` names 'hybrid', as `kbtool qurey` names
+    'query'; nothing close: no guess. A missing added model is matched among added models only."""
+    from kbtool.errors import ContractError, InputError, UsageError
+    from kbtool.query.retriever import contract_for_mode
+
+    write(tmp_path / "d" / "a.md", "# A\n\nThe agent syncs files.\n")
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    assert not ingest(store, [tmp_path / "d"], IngestOptions(metadata={"lang": "en"}), embedder=fake_embedder).failed
+    c = load_contract(None, [], search=False)
+    with pytest.raises(InputError, match=r"unknown filter key 'lnag' \(did you mean 'lang'\?\): known keys are .*lang"):
+        scope(store, c, ["lnag=en"])
+    with pytest.raises(InputError) as info:
+        scope(store, c, ["colour=red"])
+    assert "did you mean" not in str(info.value)
+    with pytest.raises(UsageError, match=r"unknown mode 'hybird' \(did you mean 'hybrid'\?\)"):
+        contract_for_mode(c, "hybird")
+    with pytest.raises(ContractError) as info:
+        retrieve(store, contract_for_mode(c, "dense:use-n"), "agent", embedder=fake_embedder)
+    assert "no retriever dense:use-n (it has" in str(info.value)  # not "did you mean 'dense'"

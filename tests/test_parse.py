@@ -70,6 +70,42 @@ def test_bad_files_raise_one_line_parse_errors(tmp_path, name, data, reason):
     assert "\n" not in str(info.value)
 
 
+def _zip(entries: dict[str, bytes]) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, body in entries.items():
+            z.writestr(name, body)
+    return buf.getvalue()
+
+
+_XLSX_AS_DOCX = _zip({
+    "[Content_Types].xml": b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+                           b'<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-'
+                           b'officedocument.spreadsheetml.sheet.main+xml"/></Types>',
+    "_rels/.rels": b'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+                   b'<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+                   b'officeDocument" Target="xl/workbook.xml"/></Relationships>',
+    "xl/workbook.xml": b"<x/>"})
+
+
+@pytest.mark.parametrize("data", [
+    _XLSX_AS_DOCX,  # python-docx: "file '<_io.BytesIO object at 0x7f…>' is not a Word file"
+    _zip({"word/document.xml": b"<garbage"}),  # KeyError: "There is no item named '[Content_Types].xml' ..."
+    _zip({"[Content_Types].xml": b"<garbage", "word/document.xml": b"<x/>"}),
+])
+def test_a_corrupt_docx_fails_with_one_clean_line_and_no_python_repr(tmp_path, data):
+    path = tmp_path / "x.docx"
+    path.write_bytes(data)
+    with pytest.raises(ParseError) as info:
+        parse_file(path, "x.docx")
+    msg = str(info.value)
+    assert msg.startswith("not a valid DOCX file: ") and "\n" not in msg, msg
+    assert "object at 0x" not in msg and "BytesIO" not in msg and not msg.endswith('"'), msg
+
+
 def test_latin1_text_is_detected(tmp_path):
     path = tmp_path / "old.txt"
     path.write_bytes("Café crème: the résumé of naïve façade owners, encoded in Latin-1.\n".encode("latin-1"))

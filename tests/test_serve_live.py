@@ -355,3 +355,46 @@ def test_an_edit_made_while_the_watch_ingests_is_ingested_too(small):
         assert len(runs) == 2, "the edit made during the ingest was never ingested"
     finally:
         w.stop()
+
+
+@pytest.mark.slow  # two real servers in subprocesses
+def test_serve_prints_its_ready_line_only_and_requests_with_access_log(tmp_path, embedder):
+    """`kbtool serve` says where it listens and nothing else — no uvicorn 'INFO: Started server
+    process', no line per request, no 'Shutting down' — unless --access-log asks for a line per
+    request. /healthz names every dense retriever and its model (dense:use-m too)."""
+    import signal
+
+    import httpx
+
+    from kbtool.ingestion.pipeline import ingest
+    from kbtool.store import Store
+
+    store = Store.open(tmp_path / "kb", create=True)
+    store.add_model("use-m")
+    assert not ingest(store, [_folder(tmp_path)], embedder=embedder).failed
+    store.close()
+    for extra in ([], ["--access-log"]):
+        err_path = tmp_path / f"serve{len(extra)}.err"
+        with open(err_path, "w") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "kbtool", "serve", "--store", str(tmp_path / "kb"), "--port",
+                                     "0", *extra], stdout=subprocess.PIPE, stderr=log, cwd=tmp_path, env=_env())
+            try:
+                url = _until(lambda: (lambda t: t.split("kbtool serve: ")[1].split()[0] if "kbtool serve: http" in t
+                                      else None)(err_path.read_text()), timeout=120)
+                assert url, err_path.read_text()
+                with httpx.Client(base_url=url, timeout=60) as c:
+                    health = c.get("/healthz").json()
+                    assert c.post("/v1/retrieve", json={"question": "weekly digest"}).status_code == 200
+            finally:
+                proc.send_signal(signal.SIGINT)
+                assert proc.wait(timeout=60) == 0
+        lines = err_path.read_text().splitlines()
+        assert lines[0].startswith("kbtool serve: http://127.0.0.1:"), lines
+        if not extra:
+            assert lines == lines[:1], lines
+            assert health["models"] == {"dense": "sentence-transformers/all-MiniLM-L6-v2", "dense:use-m": "use-m"}
+            assert "dense:use-m" in health["modes"] and "hybrid" in health["modes"]
+        else:
+            assert [ln.split(" - ")[1] for ln in lines[1:]] == ['"GET /healthz HTTP/1.1" 200 OK',
+                                                              '"POST /v1/retrieve HTTP/1.1" 200 OK'], lines
+        assert proc.stdout.read() == b""  # stdout is for data: nothing

@@ -160,7 +160,7 @@ def test_ingest_fails_the_bomb_alone_and_goes_on(tmp_path, bomb_docx):
     folder = _folder(tmp_path, bomb_docx)
     proc, wall = _run_ingest(folder, tmp_path / "kb", "--parse-only")
     _check_bomb_run(proc, wall, folder)
-    proc, _ = _run_ingest(folder, tmp_path / "kb", "--parse-only", "--json", "--allow-failures", "1")
+    proc, _ = _run_ingest(folder, tmp_path / "kb", "--parse-only", "--json", "-v", "--allow-failures", "1")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert [f["doc_id"] for f in report["failed"]] == ["bomb.docx"]

@@ -13,7 +13,27 @@ import typer
 
 from .. import __version__
 
+class _Group(typer.core.TyperGroup):
+    """kbtool's command group: --help names an argument by its metavar alone (``TEXT  The question``),
+    not followed by typer's Python type (``TEXT <str>``, ``[PATH]... <list[Path]>``); options name
+    their values by their own metavars (``--filter SPEC``, ``--top-k N``), given where each is declared."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _plain_arguments(self)
+
+
+def _plain_arguments(group) -> None:
+    for command in group.commands.values():
+        if hasattr(command, "commands"):  # a sub-group (contract)
+            _plain_arguments(command)
+        for param in command.params:
+            if isinstance(param, typer.core.TyperArgument) and param.metavar:
+                param.display_type_rich = lambda ctx: None  # this argument's help shows its metavar only
+
+
 app = typer.Typer(
+    cls=_Group,
     name="kbtool",
     help="Build and evaluate retrieval knowledge bases: ingest documents into one local store "
     "(catalog + Chroma + BM25) and query it with dense, BM25 or hybrid retrieval.",
@@ -32,7 +52,7 @@ def _version(value: bool):
 
 @app.callback()
 def _root(
-    store: Optional[Path] = typer.Option(None, "--store", help="Store directory for the command that follows [default: ./.kb; env KBTOOL_STORE]."),
+    store: Optional[Path] = typer.Option(None, "--store", metavar="DIR", help="Store directory for the command that follows [default: ./.kb; env KBTOOL_STORE]."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ):
     """Build and evaluate retrieval knowledge bases."""

@@ -32,21 +32,21 @@ err = _console(stderr=True)
 
 StoreOpt = Annotated[
     Optional[Path],
-    typer.Option("--store", envvar="KBTOOL_STORE", help="Store directory [default: ./.kb; env KBTOOL_STORE]."),
+    typer.Option("--store", metavar="DIR", envvar="KBTOOL_STORE", help="Store directory [default: ./.kb; env KBTOOL_STORE]."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or chatter on stderr.")]
 ModelOpt = Annotated[
     Optional[str],
-    typer.Option("--model", help="Embedding model: a sentence-transformers name or local folder, use-m (the bundled "
+    typer.Option("--model", metavar="MODEL", help="Embedding model: a sentence-transformers name or local folder, use-m (the bundled "
                  "multilingual Universal Sentence Encoder), or an OpenAI-compatible endpoint "
                  "openai:http://HOST:PORT/v1#NAME [default: the store's, or all-MiniLM-L6-v2]."),
 ]
-QueryPrefixOpt = Annotated[Optional[str], typer.Option("--query-prefix", help="Text put before every question embedded (E5 models: 'query: ', the default for names containing e5).")]
-PassagePrefixOpt = Annotated[Optional[str], typer.Option("--passage-prefix", help="Text put before every chunk embedded (E5 models: 'passage: ').")]
-MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Endpoint models: the model's input limit in tokens, to size chunks [default: 512].")]
+QueryPrefixOpt = Annotated[Optional[str], typer.Option("--query-prefix", metavar="TEXT", help="Text put before every question embedded (E5 models: 'query: ', the default for names containing e5).")]
+PassagePrefixOpt = Annotated[Optional[str], typer.Option("--passage-prefix", metavar="TEXT", help="Text put before every chunk embedded (E5 models: 'passage: ').")]
+MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", metavar="N", help="Endpoint models: the model's input limit in tokens, to size chunks [default: 512].")]
 InputTypeOpt = Annotated[bool, typer.Option("--input-type", help="Endpoint models: send input_type query|passage with each request, for servers that add the model's prefixes themselves (prefixes then default to none).")]
-TokenizerOpt = Annotated[Optional[str], typer.Option("--tokenizer", help="Endpoint models: a tokenizer.json (or folder) to count tokens exactly [default: a conservative estimate].")]
+TokenizerOpt = Annotated[Optional[str], typer.Option("--tokenizer", metavar="FILE", help="Endpoint models: a tokenizer.json (or folder) to count tokens exactly [default: a conservative estimate].")]
 
 
 AddModelOpt = Annotated[
@@ -174,8 +174,8 @@ ChromaUrlOpt = Annotated[
                  "e.g. http://127.0.0.1:8000, instead of Chroma embedded in the store folder; recorded in the store "
                  "(credentials: $KBTOOL_CHROMA_TOKEN). Catalog and BM25 stay local."),
 ]
-ChromaTenantOpt = Annotated[Optional[str], typer.Option("--chroma-tenant", help="With --chroma-url: the Chroma tenant [default: default_tenant].")]
-ChromaDatabaseOpt = Annotated[Optional[str], typer.Option("--chroma-database", help="With --chroma-url: the Chroma database [default: default_database].")]
+ChromaTenantOpt = Annotated[Optional[str], typer.Option("--chroma-tenant", metavar="NAME", help="With --chroma-url: the Chroma tenant [default: default_tenant].")]
+ChromaDatabaseOpt = Annotated[Optional[str], typer.Option("--chroma-database", metavar="NAME", help="With --chroma-url: the Chroma database [default: default_database].")]
 ChromaCollectionOpt = Annotated[Optional[str], typer.Option("--chroma-collection", metavar="PREFIX", help="With --chroma-url: the prefix of the store's collections (PREFIX-chunks) [default: one unique to the store].")]
 
 
@@ -276,11 +276,11 @@ def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
 
 ContractOpt = Annotated[
     Optional[Path],
-    typer.Option("--contract", help="Retrieval contract file [default: $KBTOOL_CONTRACT, else ./kbtool.yaml if present, else the built-in one]."),
+    typer.Option("--contract", metavar="FILE", help="Retrieval contract file [default: $KBTOOL_CONTRACT, else ./kbtool.yaml if present, else the built-in one]."),
 ]
 SetOpt = Annotated[
     Optional[List[str]],
-    typer.Option("--set", help="Override a contract value: path=value, e.g. retrieve.top_k=8 (repeatable)."),
+    typer.Option("--set", metavar="PATH=VALUE", help="Override a contract value: path=value, e.g. retrieve.top_k=8 (repeatable)."),
 ]
 
 
@@ -307,13 +307,13 @@ def contract_line(source: dict, overridden: bool = False) -> str:
 
 StemmerOpt = Annotated[
     Optional[str],
-    typer.Option("--stemmer", help="BM25 stemmer for Latin words: english (Snowball; any PyStemmer language) or none [default: the store's; new stores: none]. A change rebuilds BM25 only."),
+    typer.Option("--stemmer", metavar="NAME", help="BM25 stemmer for Latin words: english (Snowball; any PyStemmer language) or none [default: the store's; new stores: none]. A change rebuilds BM25 only."),
 ]
 
 
 WaitOpt = Annotated[
     float,
-    typer.Option("--wait", min=0, help="Seconds to wait for another kbtool process writing to the store before giving up."),
+    typer.Option("--wait", metavar="SECONDS", min=0, help="Seconds to wait for another kbtool process writing to the store before giving up."),
 ]
 
 

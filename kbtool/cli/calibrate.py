@@ -13,24 +13,25 @@ from ._common import JsonOpt, QuietOpt, SetOpt, StoreOpt, err, handle_errors, op
 @handle_errors
 def calibrate(
     questions: Annotated[Path, typer.Argument(metavar="QUESTIONS", help="Labelled question set (as for eval), with unanswerable questions for the model (10+) and thresholds (5+).")],
-    contract: Annotated[Optional[Path], typer.Option("--contract", help="Contract to calibrate and (with --write) update [default: $KBTOOL_CONTRACT, else ./kbtool.yaml, else the built-in one, written to ./kbtool.yaml].")] = None,
+    contract: Annotated[Optional[Path], typer.Option("--contract", metavar="FILE", help="Contract to calibrate and (with --write) update [default: $KBTOOL_CONTRACT, else ./kbtool.yaml, else the built-in one, written to ./kbtool.yaml].")] = None,
     set_: SetOpt = None,
-    objective: Annotated[str, typer.Option("--objective", help="Metric to maximise, e.g. ndcg@10, mrr@10, hit_rate@5.")] = "ndcg@10",
-    folds: Annotated[int, typer.Option("--folds", min=2, help="Cross-validation folds.")] = 5,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the fold split and the significance test.")] = 0,
-    min_count: Annotated[int, typer.Option("--min-count", min=1, help="Answerable questions a type (identifier, cjk) needs for weights of its own.")] = 10,
-    max_false_answer: Annotated[Optional[float], typer.Option("--max-false-answer", min=0, max=1, help="Choose the refuse threshold so at most this share of unanswerable questions is answered.")] = None,
-    max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", min=0, max=1, help="Choose the refuse threshold so at most this share of answerable questions is refused.")] = None,
-    negatives: Annotated[str, typer.Option("--negatives", help="Generated unanswerable questions for the model fit and thresholds (never in a reported rate): auto (when fewer than 20 are written), none, leave-out (answerable questions without their labelled documents), name-swap (a named thing swapped for one the knowledge base never mentions), all.")] = "auto",
+    objective: Annotated[str, typer.Option("--objective", metavar="METRIC", help="Metric to maximise, e.g. ndcg@10, mrr@10, hit_rate@5.")] = "ndcg@10",
+    folds: Annotated[int, typer.Option("--folds", metavar="N", min=2, help="Cross-validation folds.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the fold split and the significance test.")] = 0,
+    min_count: Annotated[int, typer.Option("--min-count", metavar="N", min=1, help="Answerable questions a type (identifier, cjk) needs for weights of its own.")] = 10,
+    max_false_answer: Annotated[Optional[float], typer.Option("--max-false-answer", metavar="RATE", min=0, max=1, help="Choose the refuse threshold so at most this share of unanswerable questions is answered.")] = None,
+    max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", metavar="RATE", min=0, max=1, help="Choose the refuse threshold so at most this share of answerable questions is refused.")] = None,
+    negatives: Annotated[str, typer.Option("--negatives", metavar="KIND", help="Generated unanswerable questions for the model fit and thresholds (never in a reported rate): auto (when fewer than 20 are written), none, leave-out (answerable questions without their labelled documents), name-swap (a named thing swapped for one the knowledge base never mentions), all.")] = "auto",
     write: Annotated[bool, typer.Option("--write", help="Write the proposal into the contract file (bumps contract_version, records the calibration).")] = False,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Write calibration.json, one PNG per plot (calibration.png: the refusal trade-off per tier) and report.html (everything on one page) here.")] = None,
-    principal: Annotated[Optional[str], typer.Option("--principal", help="Calibrate as this principal (access.principals), as query does.")] = None,
-    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Permission tag held (repeatable), as query does.")] = None,
-    qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Judgements for a queries file (as for eval).")] = None,
-    split: Annotated[str, typer.Option("--split", help="BEIR qrels split.")] = "test",
+    out_dir: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Write calibration.json, one PNG per plot (calibration.png: the refusal trade-off per tier) and report.html (everything on one page) here.")] = None,
+    principal: Annotated[Optional[str], typer.Option("--principal", metavar="NAME", help="Calibrate as this principal (access.principals), as query does.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", metavar="TAG", help="Permission tag held (repeatable), as query does.")] = None,
+    qrels: Annotated[Optional[Path], typer.Option("--qrels", metavar="FILE", help="Judgements for a queries file (as for eval).")] = None,
+    split: Annotated[str, typer.Option("--split", metavar="NAME", help="BEIR qrels split.")] = "test",
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the proposed contract as a unified diff (by default: a line per section that changes).")] = False,
 ):
     """Tune fusion weights (per question type) by cross-validation, fit the answerability model
     (P(answerable) from the pipeline's signals, out of fold) and choose refusal thresholds on
@@ -93,10 +94,10 @@ def calibrate(
     if json_:
         print_json({**result.to_dict(), "diff": diff, "written": str(target) if write else None})
         return
-    from .calibrate_render import render
+    from .calibrate_render import print_change, render
 
     render(result, out)
-    out.file.write(diff if diff else "(no change)\n")
+    print_change(out, old or dump_yaml(c), new, diff, path or "the built-in contract", target, verbose)
     if write:
         if not quiet:
             err.print(f"wrote {target} (contract_version {result_version(new)})", highlight=False, markup=False)

@@ -106,3 +106,86 @@ def _of(rate: float | None, total: int) -> str:
 
 def _ci(iv) -> str:
     return "n/a" if not iv else f"{iv[0]:.0%}–{iv[1]:.0%}"
+
+
+def print_change(console, old: str, new: str, diff: str, source, target, verbose: bool) -> None:
+    """The contract change calibrate proposes: a line per section (``changes_lines``), or with
+    ``verbose`` the unified ``diff`` of the file."""
+    if verbose or not diff:
+        console.file.write(diff if diff else "(no change)\n")
+        return
+    import yaml
+
+    console.print(f"proposed {target} (from {source}; -v prints the {diff.count(chr(10))}-line diff):",
+                  highlight=False, markup=False)
+    for line in changes_lines(yaml.safe_load(old), yaml.safe_load(new)):
+        console.print("  " + line, highlight=False, markup=False)
+
+
+SHOWN_VALUES = 3  # changed values named in a section's line; more are counted
+
+
+def changes_lines(old: dict, new: dict) -> list[str]:
+    """The change calibrate proposes, a line per contract section (``retrieve.fusion``,
+    ``decide.thresholds``, each ``decide.tiers.NAME``, ``calibration``), each threshold named by its
+    tier: ``decide.tiers.identifier (the identifier tier's thresholds): added: answer 0.5905, ...``."""
+    return [_describe(path, a, b) for path, a, b in _changed(old, new, [])]
+
+
+def _changed(old, new, path: list[str]) -> list[tuple[list[str], object, object]]:
+    """(section path, old, new) of every section that differs: two levels deep, three under decide.tiers."""
+    if old == new:
+        return []
+    depth = 3 if path[:2] == ["decide", "tiers"] else 2
+    if isinstance(old, dict) and isinstance(new, dict) and len(path) < depth:
+        keys = list(old) + [k for k in new if k not in old]
+        return [c for k in keys for c in _changed(old.get(k), new.get(k), [*path, str(k)])]
+    return [(path, old, new)]
+
+
+def _describe(path: list[str], old, new) -> str:
+    name = ".".join(path)
+    if path == ["decide", "model"]:
+        name += " (the answerability model)"
+    elif path == ["decide", "thresholds"]:
+        name += " (the default tier's thresholds)"
+    elif path[:2] == ["decide", "tiers"] and len(path) == 3:
+        name += f" (the {path[2]} tier's thresholds)"
+    if old in (None, {}, []) and new not in (None, {}, []):
+        return f"{name}: added" + (f": {_values(_leaves(new))}" if isinstance(new, dict) else f" {_short(new)}")
+    if new in (None, {}, []):
+        return f"{name}: removed"
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return f"{name}: {_short(old)} -> {_short(new)}"
+    a, b = _leaves(old), _leaves(new)
+    diff = [k for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
+    if len(diff) <= SHOWN_VALUES:
+        return f"{name}: " + ", ".join(f"{k} {_short(a.get(k))} -> {_short(b.get(k))}" for k in diff)
+    return f"{name}: {len(diff)} values of {_parts(diff)}"
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _values(leaves: dict) -> str:
+    if len(leaves) <= SHOWN_VALUES + 1:
+        return ", ".join(f"{k} {_short(v)}" for k, v in leaves.items())
+    return f"{len(leaves)} values of {_parts(leaves)}"
+
+
+def _parts(keys, shown: int = 4) -> str:
+    """'coefficients, intercept, calibration, fitted_on' (the first parts of the keys; more: '…')."""
+    parts = list(dict.fromkeys(k.split(".")[0] for k in keys))
+    return ", ".join(parts[:shown]) + (", …" if len(parts) > shown else "")
+
+
+def _short(v) -> str:
+    text = "(none)" if v is None else str(v)
+    return text if len(text) <= 40 else f"{type(v).__name__} of {len(v)}" if isinstance(v, (list, dict)) else text[:37] + "..."

@@ -11,9 +11,9 @@ from ._common import JsonOpt, QuietOpt, StoreOpt, WaitOpt, writer_settings, hand
 @app.command()
 @handle_errors
 def chunk(
-    size: Annotated[int, typer.Option("--size", help="Max tokens per chunk, prefix included (0 = the embedding model's limit).")] = 0,
-    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Tokens of overlap when a long passage is split [default: min(32, size/4)].")] = None,
-    hard_max: Annotated[int, typer.Option("--hard-max", help="Tables and code blocks up to this many tokens stay whole (0 = 2 x size).")] = 0,
+    size: Annotated[int, typer.Option("--size", metavar="N", help="Max tokens per chunk, prefix included (0 = the embedding model's limit).")] = 0,
+    overlap: Annotated[Optional[int], typer.Option("--overlap", metavar="N", help="Tokens of overlap when a long passage is split [default: min(32, size/4)].")] = None,
+    hard_max: Annotated[int, typer.Option("--hard-max", metavar="N", help="Tables and code blocks up to this many tokens stay whole (0 = 2 x size).")] = 0,
     prefix: Annotated[bool, typer.Option("--prefix/--no-prefix", help="Prefix title and section path to the indexed text.")] = True,
     all_: Annotated[bool, typer.Option("--all", help="Re-chunk every document even if its parameters are unchanged.")] = False,
     wait: WaitOpt = 300.0,

@@ -11,7 +11,7 @@ from ._common import ContractOpt, JsonOpt, StoreOpt, handle_errors, load_contrac
 @app.command()
 @handle_errors
 def chunks(
-    doc_id: Annotated[Optional[str], typer.Argument(metavar="[DOC_ID]", help="A document id (as `status`, hits and citations name it); without one: every document, a line each.")] = None,
+    doc_id: Annotated[Optional[str], typer.Argument(metavar="DOC_ID", help="A document id (as `status`, hits and citations name it); without one: every document, a line each.")] = None,
     over_limit: Annotated[bool, typer.Option("--over-limit", help="Only chunks longer than the embedding model's token limit (the model reads only the first part).")] = False,
     store: StoreOpt = None,
     contract: ContractOpt = None,

@@ -15,7 +15,7 @@ app.add_typer(contract_app, name="contract")
 @contract_app.command("init")
 @handle_errors
 def init(
-    path: Annotated[Path, typer.Argument(help="Where to write it.")] = Path("kbtool.yaml"),
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="Where to write it.")] = Path("kbtool.yaml"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
     schema: Annotated[bool, typer.Option("--schema", help="Also write the JSON Schema beside it (kbtool.schema.json) and a first line pointing editors at it: # yaml-language-server: $schema=kbtool.schema.json.")] = False,
 ):
@@ -35,7 +35,7 @@ def init(
 @contract_app.command("schema")
 @handle_errors
 def schema(
-    out_: Annotated[Optional[Path], typer.Option("--out", help="Write it to this file (e.g. kbtool.schema.json) instead of stdout.")] = None,
+    out_: Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help="Write it to this file (e.g. kbtool.schema.json) instead of stdout.")] = None,
 ):
     """Print the JSON Schema of kbtool.yaml, for editors that validate and complete YAML against one
     (yaml-language-server: VS Code's YAML extension, Neovim, Helix)."""
@@ -87,7 +87,7 @@ def show(contract: ContractOpt = None, set_: SetOpt = None, json_: JsonOpt = Fal
 @contract_app.command("validate")
 @handle_errors
 def validate(
-    path: Annotated[Optional[Path], typer.Argument(help="Contract file [default: as for --contract].")] = None,
+    path: Annotated[Optional[Path], typer.Argument(metavar="FILE", help="Contract file [default: as for --contract].")] = None,
     set_: SetOpt = None,
     check_store: Annotated[bool, typer.Option("--check-store", help="Also check the store: required metadata present, filters known.")] = False,
     store: StoreOpt = None,

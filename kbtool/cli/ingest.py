@@ -14,26 +14,26 @@ from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, Chrom
 @app.command()
 @handle_errors
 def ingest(
-    paths: Annotated[Optional[List[Path]], typer.Argument(metavar="[PATH]...", help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store) [default: the contract's data.sources, else the folders the store was ingested from, with their recorded options].")] = None,
-    include: Annotated[Optional[List[str]], typer.Option("--include", "-i", help="Only files matching this glob (repeatable), e.g. '*.md'.")] = None,
-    exclude: Annotated[Optional[List[str]], typer.Option("--exclude", "-x", help="Skip files matching this glob (repeatable).")] = None,
-    format: Annotated[Optional[str], typer.Option("--format", help="auto (by extension) or beir (a BEIR folder's corpus.jsonl) [default: auto].")] = None,
-    meta: Annotated[Optional[List[str]], typer.Option("--meta", help="key=value metadata for every document of this folder (repeatable); filterable in query.")] = None,
-    id_prefix: Annotated[Optional[str], typer.Option("--id-prefix", help="Put this before every document id of the folder, e.g. zh/: several folders with the same file names in one store.")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Site the folder is published under: its citations become BASE/path-without-extension/#anchor.")] = None,
+    paths: Annotated[Optional[List[Path]], typer.Argument(metavar="PATH", help="Folders or files to ingest (a folder is mirrored: files gone from it leave the store) [default: the contract's data.sources, else the folders the store was ingested from, with their recorded options].")] = None,
+    include: Annotated[Optional[List[str]], typer.Option("--include", "-i", metavar="GLOB", help="Only files matching this glob (repeatable), e.g. '*.md'.")] = None,
+    exclude: Annotated[Optional[List[str]], typer.Option("--exclude", "-x", metavar="GLOB", help="Skip files matching this glob (repeatable).")] = None,
+    format: Annotated[Optional[str], typer.Option("--format", metavar="FORMAT", help="auto (by extension) or beir (a BEIR folder's corpus.jsonl) [default: auto].")] = None,
+    meta: Annotated[Optional[List[str]], typer.Option("--meta", metavar="KEY=VALUE", help="key=value metadata for every document of this folder (repeatable); filterable in query.")] = None,
+    id_prefix: Annotated[Optional[str], typer.Option("--id-prefix", metavar="PREFIX", help="Put this before every document id of the folder, e.g. zh/: several folders with the same file names in one store.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="Site the folder is published under: its citations become BASE/path-without-extension/#anchor.")] = None,
     update_sources: Annotated[bool, typer.Option("--update-sources", help="Change the options the store recorded for a folder (without it, a flag that differs from the record is an error; a flag left out keeps the record).")] = False,
     root_moved: Annotated[Optional[Tuple[Path, Path]], typer.Option("--root-moved", metavar="OLD NEW", help="The folder the store was ingested from moved from OLD to NEW: documents and vectors are re-used (a folder that is gone is taken as moved without it).")] = None,
     contract: ContractOpt = None,
     parse_only: Annotated[bool, typer.Option("--parse-only", help="Stop after parsing: do not chunk or index.")] = False,
     keep_missing: Annotated[bool, typer.Option("--keep-missing", help="Keep documents whose files are gone from the folder.")] = False,
-    encoding: Annotated[Optional[str], typer.Option("--encoding", help="Decode text files with this encoding instead of detecting it.")] = None,
-    max_file_size: Annotated[Optional[float], typer.Option("--max-file-size", help=f"Skip files larger than this many MB, whatever their type (default, per type: {size_limits_text()}).")] = None,
+    encoding: Annotated[Optional[str], typer.Option("--encoding", metavar="NAME", help="Decode text files with this encoding instead of detecting it.")] = None,
+    max_file_size: Annotated[Optional[float], typer.Option("--max-file-size", metavar="MB", help=f"Skip files larger than this many MB, whatever their type (default, per type: {size_limits_text()}).")] = None,
     parse_timeout: Annotated[Optional[float], typer.Option("--parse-timeout", min=0, metavar="S", help="Stop parsing a file after S seconds and report it failed, so one file cannot hold up the folder (default 120; 0: no limit).")] = None,
     allow_failures: Annotated[int, typer.Option("--allow-failures", min=0, metavar="N", help="Exit 0 even if up to N files fail to parse (default 0: any failure exits 1).")] = 0,
     strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a document keeps less of its visible text than the contract's data.min_kept_text (default 0.98); failing on any failed file is the default.")] = False,
-    markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
-    include_root: Annotated[Optional[Path], typer.Option("--include-root", help="Folder include directives ({* path *}, {!path!}, --8<-- \"path\", <!--@include: path-->) resolve against: inside the ingested folder, or outside it within the same git repository [default: the ingested folder].")] = None,
-    meta_from_path: Annotated[Optional[List[str]], typer.Option("--meta-from-path", help="Metadata from the document path, e.g. 'docs/{lang}/**' gives lang=en (repeatable).")] = None,
+    markup_off: Annotated[Optional[List[str]], typer.Option("--markup-off", metavar="RULE", help="Switch off a Markdown clean-up rule (repeatable): front_matter, anchors, admonitions, includes, code_html, diagrams, or all.")] = None,
+    include_root: Annotated[Optional[Path], typer.Option("--include-root", metavar="DIR", help="Folder include directives ({* path *}, {!path!}, --8<-- \"path\", <!--@include: path-->) resolve against: inside the ingested folder, or outside it within the same git repository [default: the ingested folder].")] = None,
+    meta_from_path: Annotated[Optional[List[str]], typer.Option("--meta-from-path", metavar="PATTERN", help="Metadata from the document path, e.g. 'docs/{lang}/**' gives lang=en (repeatable).")] = None,
     model: ModelOpt = None,
     query_prefix: QueryPrefixOpt = None,
     passage_prefix: PassagePrefixOpt = None,
@@ -50,6 +50,7 @@ def ingest(
     store: StoreOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Name every skipped file on stderr (by default they are counted by type and reason); with --json, also list the unchanged documents.")] = False,
 ):
     """Parse documents into the store, then chunk and index what is new or changed.
 
@@ -84,9 +85,9 @@ def ingest(
                             min_kept_text=min_kept)
     hint = None if quiet and not json_ else _multilingual_hint(kb, parse_only)  # said once: where it is seen
     if json_:
-        print_json({**report.to_dict(), **({"hint": hint} if hint else {})})
+        print_json({**report.to_dict(unchanged=verbose), **({"hint": hint} if hint else {})})
     else:
-        _render(report, kb.path, quiet)
+        _render(report, kb.path, quiet, verbose)
         if hint and not quiet:
             err.print(hint, highlight=False, markup=False)
     failed = len(report.failed)
@@ -130,7 +131,7 @@ def _declared(contract_opt, store, paths, quiet: bool):
 FIRST_FAILURES = 10  # failures named on the terminal; --json lists all
 
 
-def _render(report, store_path, quiet: bool) -> None:
+def _render(report, store_path, quiet: bool, verbose: bool = False) -> None:
     from rich.markup import escape
 
     c = report.to_dict()["counts"]
@@ -177,8 +178,43 @@ def _render(report, store_path, quiet: bool) -> None:
         err.print(f"[red]failed[/] … and {len(report.failed) - FIRST_FAILURES} more (`--json` lists every one)",
                   highlight=False)
     if not quiet:
-        for s in report.skipped:
-            err.print(f"[dim]skipped {s['path']}: {s['reason']}[/]", highlight=False)
+        for line in skipped_lines(report.skipped_by_reason(), verbose):
+            err.print(line, style="dim", highlight=False, markup=False)
+
+
+FEW_SKIPPED = 3  # a reason with more skipped files than this is one line (the first few named); -v names all
+TYPES_SHOWN = 8  # extensions named in the line of unsupported files
+
+
+def skipped_lines(by_reason: dict[str, list[str]], verbose: bool = False) -> list[str]:
+    """What ingest says about skipped files: unsupported types in one line counted by extension
+    (``skipped 210 files: 150 .png, 40 .svg, 20 .css (unsupported type)``); any other reason a line
+    per file when few, else one line naming the first few. ``verbose``: a line per file first."""
+    from ..ingestion.pipeline import UNSUPPORTED
+
+    lines = [f"skipped {p}: {reason}" for reason, paths in by_reason.items() for p in paths] if verbose else []
+    types: dict[str, int] = {}
+    for reason, paths in by_reason.items():
+        if reason.startswith(UNSUPPORTED + " "):
+            ext = reason[len(UNSUPPORTED) + 1:]
+            types[ext] = types.get(ext, 0) + len(paths)
+    if types:
+        ranked = sorted(types.items(), key=lambda t: (-t[1], t[0]))
+        named = ", ".join(f"{n} {'no extension' if ext == '(none)' else ext}" for ext, n in ranked[:TYPES_SHOWN])
+        if len(ranked) > TYPES_SHOWN:
+            named += f", {sum(n for _, n in ranked[TYPES_SHOWN:])} of {len(ranked) - TYPES_SHOWN} other types"
+        total = sum(types.values())
+        lines.append(f"skipped {total} file{'s' if total != 1 else ''}: {named} (unsupported type"
+                     + ("" if verbose else "; -v names them") + ")")
+    for reason, paths in by_reason.items():
+        if reason.startswith(UNSUPPORTED + " ") or verbose:
+            continue
+        if len(paths) <= FEW_SKIPPED:
+            lines.extend(f"skipped {p}: {reason}" for p in paths)
+        else:
+            lines.append(f"skipped {len(paths)} files ({reason}): {', '.join(paths[:FEW_SKIPPED])} and "
+                         f"{len(paths) - FEW_SKIPPED} more (-v names them)")
+    return lines
 
 
 def mkdocs_line(site: dict) -> str:

@@ -13,8 +13,8 @@ from ._common import ContractOpt, JsonOpt, StoreOpt, handle_errors, load_contrac
 def status(
     store: StoreOpt = None,
     json_: JsonOpt = False,
-    principal: Annotated[Optional[str], typer.Option("--principal", help="Count only what this principal (access.principals) may read.")] = None,
-    allow: Annotated[Optional[List[str]], typer.Option("--allow", help="Count only documents with this permission tag (repeatable).")] = None,
+    principal: Annotated[Optional[str], typer.Option("--principal", metavar="NAME", help="Count only what this principal (access.principals) may read.")] = None,
+    allow: Annotated[Optional[List[str]], typer.Option("--allow", metavar="TAG", help="Count only documents with this permission tag (repeatable).")] = None,
     contract: ContractOpt = None,
 ):
     """What the store holds: documents, chunks, model, sizes, last ingest.
@@ -43,31 +43,40 @@ def status(
         ("store", f"{info['store']} (format {info['format_version']}, kbtool {info['kbtool_version']})"),
         *([("access", f"counts of what tags {', '.join(info['access']) or '(none)'} may read")] if restricted else []),
         ("documents", f"{info['documents']}  " + ", ".join(f"{k}: {v}" for k, v in (info["documents_by_type"] or {}).items())),
-        ("chunks", f"{info['chunks']}" + ("" if restricted else f"  (avg {info['chunk_tokens_avg']} tokens, max {info['chunk_tokens_max']}, "
+        ("chunks", f"{info['chunks']}" + ("" if restricted or not info["chunks"] else f"  (avg {info['chunk_tokens_avg']} tokens, max {info['chunk_tokens_max']}, "
                    f"{info['chunks_over_model_limit']} over the model limit)")),
-        ("model", f"{emb['model']}  ({emb['dim'] or '?'}-d, {emb['max_tokens'] or '?'} tokens"
+        ("model", f"{emb['model']}  ({_size(emb.get('dim'), emb.get('max_tokens'))}"
                   + (f", {emb['url']}" if emb.get("url") else "")
                   + (f", prefixes {emb.get('query_prefix')!r}/{emb.get('passage_prefix')!r}"
                      if emb.get("query_prefix") or emb.get("passage_prefix") else "")
                   + (", input_type sent" if emb.get("input_type") else "")
                   + (f", embedded by {emb['runtime']}" if emb.get("runtime") else "") + ")"),
-        *((name, f"{rec['model']}  ({rec.get('dim') or '?'}-d"
+        *((name, f"{rec['model']}  ({_size(rec.get('dim'))}"
                   + (f", embedded by {rec['runtime']}" if rec.get("runtime") else "")
                   + (", current" if rec.get("current") else ", behind: run `kbtool index`") + ")")
           for name, rec in (info.get("models") or {}).items()),
         ("vectors", engine_line(info["vectors"])),
-        ("chunking", str(info["chunking"])),
+        ("chunking", "not chunked yet" if info["chunking"] is None else str(info["chunking"])),
         ("bm25", str(info["bm25"])),
         ("analyzer", str(info["analyzer"])),
-        ("indexes", "current" if info["indexes_current"] else "behind the catalog: run `kbtool index`"),
+        ("indexes", "current" if info["indexes_current"] else "nothing ingested yet: run `kbtool ingest PATH`"
+                    if not info["documents"] and not info.get("last_ingest") and not restricted
+                    else "behind the catalog: run `kbtool index`"),
         *([] if restricted else [("kept text", kept_line(info["kept_text"]))]),
         *([] if restricted else [("source", _source_line(src)) for src in info.get("sources") or []]),
-        *([] if restricted else [("last ingest", str(info["last_ingest"])),
+        *([] if restricted else [("last ingest", str(info["last_ingest"] or "never")),
                                  ("disk", f"{info['disk_bytes'] / 2**20:.1f} MiB")]),
     ]
     for k, v in rows:
         table.add_row(k, v)
     out.print(table, highlight=False)
+
+
+def _size(dim, max_tokens=False) -> str:
+    """'384-d, 256 tokens'; a model the store has not run yet: 'not run yet' (its vector size and
+    input limit are recorded when it first embeds)."""
+    parts = ([f"{dim}-d"] if dim else []) + ([f"{max_tokens} tokens"] if max_tokens else [])
+    return ", ".join(parts) or "not run yet: its vector size is recorded when it first embeds"
 
 
 def kept_line(kept: dict) -> str:

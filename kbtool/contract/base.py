@@ -29,6 +29,12 @@ RETRIEVER = re.compile(rf"^(bm25|dense|{ADDED_RETRIEVER})$")
 # Further dense retrievers a built-in rule names: weighed only where the store has them.
 BUNDLED_RETRIEVERS = ("dense:use-m",)
 
+
+def same_kind(name: str, available) -> list[str]:
+    """The retrievers a mistyped ``name`` may have meant: added models (dense:NAME) for dense:NAME,
+    else dense and bm25 (dense:use-n is not 'dense')."""
+    return [a for a in available if (":" in a) == (":" in name)]
+
 class _FieldError(ValueError):
     """A cross-field check's failure that belongs to one field: ``format_error`` names
     ``postprocess.rerank.model``, not ``postprocess.rerank``."""

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from ..errors import ContractError
+from ..errors import ContractError, did_you_mean
 from .base import CONTRACT_FILE, _FieldError
 from .schema import Contract, default_contract
 
@@ -160,8 +160,10 @@ def validate_contract(data: Any, where: str = "contract") -> Contract:
         raise ContractError(f"{where}: {format_error(first)}" + (f" (and {more} more)" if more else "")) from None
 
 
-def format_error(error: dict) -> str:
-    """'retrieve.top_k: must be greater than 0' from a pydantic error."""
+def format_error(error: dict, model: type = Contract) -> str:
+    """'retrieve.top_k: must be greater than 0' from a pydantic error of validating ``model``; an
+    unknown key names the closest known one there ('retrieve.topk: unknown key (did you mean
+    'top_k'?)')."""
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
     msg = error["msg"]
     cause = (error.get("ctx") or {}).get("error")
@@ -170,9 +172,44 @@ def format_error(error: dict) -> str:
     msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
     msg = msg.replace("Input should be", "must be").replace("Extra inputs are not permitted",
                                                             "unknown key (check the spelling)")
+    if error["type"] == "extra_forbidden" and error["loc"]:
+        hint = did_you_mean(str(error["loc"][-1]), keys_at(model, error["loc"][:-1]))
+        if hint:
+            msg = "unknown key" + hint
     if error["type"] == "missing":
         msg = "required" + (": add `contract_version: 1`" if path == "contract_version" else "")
     return f"{path}: {msg}"
+
+
+def keys_at(model: type, loc) -> list[str]:
+    """The keys a mapping at ``loc`` (a pydantic error's path) of ``model`` may hold: the fields of
+    every model class that can stand there (through Optional, unions, lists and dicts)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def step(tp, part) -> list:
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(part) if isinstance(part, str) else None
+            return [] if field is None else [field.annotation]
+        if origin is dict:
+            return list(args[1:2]) if isinstance(part, str) else []
+        if origin in (list, tuple):
+            return list(args[:1]) if isinstance(part, int) else []
+        return [t for arg in args for t in step(arg, part)]  # Optional, a union, Annotated
+
+    def models(tp) -> list[type]:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return [tp]
+        if typing.get_origin(tp) in (dict, list, tuple):
+            return []
+        return [m for arg in typing.get_args(tp) for m in models(arg)]
+
+    here: list = [model]
+    for part in loc:
+        here = [t for tp in here for t in step(tp, part)]
+    return sorted({name for tp in here for m in models(tp) for name in m.model_fields})
 
 
 def apply_override(data: dict, item: str) -> None:

@@ -7,8 +7,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
-from ..errors import ContractError
-from .base import ADDED_RETRIEVER, BUNDLED_RETRIEVERS, QUESTION_TYPES, RETRIEVER, RRF_K, _FieldError, _Strict
+from ..errors import ContractError, did_you_mean
+from .base import ADDED_RETRIEVER, BUNDLED_RETRIEVERS, QUESTION_TYPES, RETRIEVER, RRF_K, _FieldError, _Strict, same_kind
 
 
 # ---- 2. preprocess --------------------------------------------------------------------------
@@ -84,7 +84,7 @@ class Weights(_Strict):
                 if w > 0:
                     out[name] = w
             elif w > 0 and name not in BUNDLED_RETRIEVERS:
-                raise ContractError(f"{where}.{name}: the store has no retriever {name} (it has "
+                raise ContractError(f"{where}.{name}: the store has no retriever {name}{did_you_mean(name, same_kind(name, available))} (it has "
                                     f"{', '.join(available)}): add the model with `kbtool index --add-model`, "
                                     "or remove the weight")
         total = sum(out.values())

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from ..document import normalise_id_prefix
-from ..errors import ContractError
-from .base import BUNDLED_RETRIEVERS, FEATURES, _Strict
+from ..errors import ContractError, did_you_mean
+from .base import BUNDLED_RETRIEVERS, FEATURES, _Strict, same_kind
 from .postprocess import Context, Postprocess
 from .retrieve import Preprocess, Retrieve
 
@@ -351,8 +351,8 @@ class Contract(_Strict):
         method = self.retrieve.fusion.method
         if method not in ("weighted", "rrf"):
             if method not in available:
-                raise ContractError(f"retrieve.fusion.method (or the mode): the store has no retriever {method} "
-                                    f"(it has {', '.join(available)}): add the model with `kbtool index "
+                raise ContractError(f"retrieve.fusion.method (or the mode): the store has no retriever {method}"
+                                    f"{did_you_mean(method, same_kind(method, available))} (it has {', '.join(available)}): add the model with `kbtool index "
                                     f"--add-model`, or use one of these")
             return {method: 1.0}
         rule = self.rule_for(types, available, bm25_coverage)

@@ -420,6 +420,23 @@ def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
         raise ParseError(f"cannot read: {exc.strerror or exc}") from None
 
 
+_OBJECT_REPR = re.compile(r"(?:file )?'?<[\w.]+ object at 0x[0-9a-fA-F]+>'?")
+BINARY_TYPES = ("docx", "pdf")  # a failure to parse them means the file is not what its name says
+
+
+def failure_reason(filetype: str, exc: Exception) -> str:
+    """One clean line for a library's failure to parse a file: its first line, without a Python
+    object's repr (python-docx says "file '<_io.BytesIO object at 0x7f…>' is not a Word file") or
+    a KeyError's quotes. A DOCX or PDF that does not parse is said not to be one."""
+    msg = str(exc).splitlines()[0].strip() if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, KeyError) and len(msg) > 1 and msg[0] == msg[-1] and msg[0] in "'\"":
+        msg = msg[1:-1]
+    msg = _OBJECT_REPR.sub("it", msg)
+    if filetype in BINARY_TYPES:
+        return f"not a valid {filetype.upper()} file: {msg}"
+    return f"could not parse as {filetype}: {msg}"
+
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 def locate_lines(blocks: list[Block], text: str, line_map: list[int] | None, line_offset: int = 0) -> None:
     """Give each block the source lines it came from, by finding its words, in order, in the text
@@ -506,8 +523,7 @@ def parse_file(path: Path, doc_id: str, *, encoding: str | None = None, max_byte
     except Exception as exc:  # unstructured and friends raise anything on corrupt input
         if budget.expired:  # the alarm's error, wrapped by a library
             raise budget.error() from None
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ParseError(f"could not parse as {filetype}: {msg}") from exc
+        raise ParseError(failure_reason(filetype, exc)) from exc
     if not blocks:
         if filetype in TEXT_TYPES:  # markup, components, comments only: nothing a reader sees
             raise EmptyDocumentError("no text")

@@ -21,6 +21,8 @@ from .parse import PARSE_TIMEOUT, PARSER_VERSIONS, SUPPORTED, beir_document, dec
 from .sources import IngestOptions, check_clashes, plan
 
 MIN_KEPT_TEXT = 0.98  # the contract's data.min_kept_text by default
+UNSUPPORTED = "unsupported file type"  # a skipped file's reason: UNSUPPORTED + " " + its extension (or "(none)")
+REMOVED_PREVIOUS = "its earlier version was removed from the store"
 MEASURED = ("md", "txt", "html")  # the types the kept-text guard reads (ingestion/kept.py)
 
 # progress(stage, advance, total): stage is "parsing", "chunking" or "embedding" — and, for a file of
@@ -65,10 +67,27 @@ class IngestReport:
     # the MkDocs sites whose mkdocs.yml was read (ingestion.mkdocs.Site.summary, plus the root)
     mkdocs: list = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, unchanged: bool = False) -> dict:
+        """The report as JSON data: ``counts`` of every kind; the documents added, updated and removed,
+        the failures each with its reason; skipped files grouped by reason (``skipped_by_reason``);
+        the unchanged documents by name only with ``unchanged`` (a re-ingest of a large folder would
+        list them all)."""
         d = asdict(self)
         d["counts"] = {k: len(getattr(self, k)) for k in ("added", "updated", "unchanged", "removed", "failed", "skipped")}
+        d["skipped"] = self.skipped_by_reason()
+        if not unchanged:
+            del d["unchanged"]
         return d
+
+    def skipped_by_reason(self) -> dict[str, list[str]]:
+        """{reason: the paths skipped for it}, reasons in the order first met, e.g. ``{"unsupported
+        file type .png": ["img/a.png", ...], "empty file: nothing to index": ["draft.md"]}``. A file
+        whose earlier version left the store says so in its reason."""
+        grouped: dict[str, list[str]] = {}
+        for s in self.skipped:
+            reason = s["reason"] + (f" ({REMOVED_PREVIOUS})" if s.get("removed_previous_version") else "")
+            grouped.setdefault(reason, []).append(s["path"])
+        return grouped
 
 
 @dataclass
@@ -130,7 +149,7 @@ def discover(walk: Path, base: Path, include: list[str], exclude: list[str], ski
                 skipped.append({"path": doc_id, "reason": "not a regular file"})
                 continue
             if full.suffix.lower() not in SUPPORTED:
-                skipped.append({"path": doc_id, "reason": f"unsupported file type {full.suffix or '(none)'}"})
+                skipped.append({"path": doc_id, "reason": f"{UNSUPPORTED} {full.suffix or '(none)'}"})
                 continue
             yield _Source(doc_id, path=full)
 
@@ -354,7 +373,7 @@ def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
         return [], []
     if path.is_file():
         if path.suffix.lower() not in SUPPORTED:
-            report.skipped.append({"path": str(path), "reason": f"unsupported file type {path.suffix}"})
+            report.skipped.append({"path": str(path), "reason": f"{UNSUPPORTED} {path.suffix or '(none)'}"})
             return [], None
         return [_Source(prefix_id + path.relative_to(base).as_posix(), path=path)], None
     unreadable: list[str] = []

@@ -281,7 +281,7 @@ def word_embedder(store, retrievers):
 
 def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool, *, value: float | None = None,
              name: str = "confidence", absence: str | None = "threshold", gone: list | None = None,
-             gate=None) -> dict:
+             gate=None, tier: str | None = None) -> dict:
     """Why this decision: the value ``decide`` compared with the thresholds, and on a refusal or
     low confidence, the question's terms no permitted chunk holds and the nearest miss, cited.
 
@@ -292,7 +292,9 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
     "relevance"; every number in it is rounded by
     ``decide.shown`` against the thresholds, as the query table rounds them. ``absence`` is the
     evidence of absence ``decide`` saw (``decide.absence``), ``gone`` the named things the top
-    documents never mention (``names.missing``): a refusal names them."""
+    documents never mention (``names.missing``): a refusal names them. ``tier``: the threshold tier
+    (``decide.tiers``) the thresholds are from, named beside each (None: the contract has no tiers)."""
+    of = "" if tier is None else f" ({tier} tier)"
     if value is None and best is not None:
         value = best.confidence
     limits = (th.answer, th.low_confidence)
@@ -302,7 +304,7 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
     }
     where = "" if best is None else best.citation or best.doc_id
     if decision == "answer":
-        out["message"] = (f"{name} {shown(value, limits)} ≥ answer threshold {shown_threshold(th.answer)}"
+        out["message"] = (f"{name} {shown(value, limits)} ≥ answer threshold {shown_threshold(th.answer)}{of}"
                           + (f"; best: {where}" if where else ""))
         return out
     missing = None
@@ -315,15 +317,15 @@ def explain_decision(store, cands, best, decision, th, sc: Scope, explain: bool,
     if value is None:
         parts.append("no chunk matched" + (" (the filters and access allow none)" if sc.allowed == set() else ""))
     elif decision == "refuse":
-        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}")
+        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}{of}")
         if absence == "far":
             parts.append("nothing in the knowledge base is near the question")
     elif value < th.low_confidence:
-        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}, "
+        parts.append(f"{name} {shown(value, limits)} is below the refuse threshold {shown_threshold(th.low_confidence)}{of}, "
                      "but nothing the question names is missing and the sources are near it: answered with the "
                      "notice, the answer may not be in these sources")
     else:
-        parts.append(f"{name} {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)} "
+        parts.append(f"{name} {shown(value, limits)} is below the answer threshold {shown_threshold(th.answer)}{of} "
                      f"(refuse below {shown_threshold(th.low_confidence)}): the answer may not be in these sources")
     if gone and decision != "answer":
         out["missing_names"] = [m.to_dict() for m in gone]

@@ -26,6 +26,7 @@ MODE_HELP = (f"contract (the contract's fusion and rules), dense, bm25, dense:NA
              "weighted:W (normalised fusion, dense weight W) or weighted:R1=W1+R2=W2+...")
 
 
+MODE_NAMES = ("contract", "dense", "bm25", "hybrid", "rrf", "weighted")  # a mistyped one gets a did-you-mean
 _EQUAL = {"dense": 0.5, "bm25": 0.5}
 
 
@@ -61,7 +62,9 @@ def parse_mode(mode: str) -> dict | None:
                 return {"method": "weighted", "weights": {"dense": w, "bm25": round(1 - w, 10)}, "rules": []}
     except ValueError:
         pass
-    raise UsageError(f"unknown mode {mode!r}: use {MODE_HELP}")
+    from ..errors import did_you_mean
+
+    raise UsageError(f"unknown mode {mode!r}{did_you_mean(mode, MODE_NAMES)}: use {MODE_HELP}")
 
 
 def _only(weights: dict[str, float]) -> dict[str, float]:

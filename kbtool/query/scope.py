@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..access import access_tags, known_filter_keys, visibility
-from ..errors import ContractError, InputError, UsageError
+from ..errors import ContractError, InputError, UsageError, did_you_mean
 from ..filters import parse_filter
 
 
@@ -37,7 +37,8 @@ def scope(store, contract, filters: Sequence[str] = (), principal: str | None = 
     known = known_filter_keys(store, contract, tags) if parsed else set()
     for f in parsed:
         if f.key not in known:
-            raise InputError(f"unknown filter key {f.key!r}: known keys are {', '.join(sorted(known))}")
+            raise InputError(f"unknown filter key {f.key!r}{did_you_mean(f.key, sorted(known))}: known keys are "
+                             f"{', '.join(sorted(known))}")
         if f.key in fields and not fields[f.key].filterable:
             raise ContractError(f"filter on {f.key!r}: data.metadata.{f.key}.filterable is false in the contract")
     if not parsed and tags is None:

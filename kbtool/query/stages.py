@@ -306,7 +306,8 @@ def explanation(st: AnswerState) -> None:
     gone = missing(st.cands.names, top_docs, st.contract.decide.refuse.named)
     st.explanation = explain_decision(st.store, st.cands, st.best, st.decision, st.thresholds, st.sc, st.explain,
                                       value=st.top, name="confidence" if model is None else "P(answerable)",
-                                      absence=st.absence, gone=gone, gate=st.sens.scan if st.sens.active else None)
+                                      absence=st.absence, gone=gone, gate=st.sens.scan if st.sens.active else None,
+                                      tier=st.tier if st.contract.decide.tiers and st.tier else None)
     if st.sc.warnings:
         st.explanation["filter_warnings"] = list(st.sc.warnings)
     if st.explanation.get("suggestions") and st.sens.active:  # index terms the rules would hide are not suggested

@@ -320,7 +320,7 @@ def json_errors(app):
 
 
 def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-        caller: Caller | None = None, log_level: str = "warning") -> None:
+        caller: Caller | None = None, log_level: str = "warning", access_log: bool = False) -> None:
     """Serve until interrupted: ``stdio`` (an MCP client starts this process) or ``http``
     (streamable HTTP at ``http://HOST:PORT/mcp``; port 0: a free one, named in the ready line on
     stderr; SIGTERM stops it gracefully)."""
@@ -340,7 +340,7 @@ def run(service, transport: str = "stdio", host: str = "127.0.0.1", port: int = 
     sock, bound = listen(host, port)
     print(f"kbtool MCP server: http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp "
           f"(store {service.store.path})", file=sys.stderr, flush=True)
-    run_uvicorn(app, sock, log_level, lifespan="on")  # the session manager runs in the app's lifespan
+    run_uvicorn(app, sock, log_level, lifespan="on", access_log=access_log)  # the session manager runs in the app's lifespan
 
 
 __all__ = ["build_server", "run", "answer_payload", "json_errors"]

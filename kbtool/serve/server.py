@@ -22,9 +22,11 @@ def listen(host: str, port: int):
     return sock, sock.getsockname()[1]
 
 
-def run_uvicorn(app, sock, log_level: str = "info", *, lifespan: str = "off") -> None:
+def run_uvicorn(app, sock, log_level: str = "info", *, lifespan: str = "off", access_log: bool = False) -> None:
     """uvicorn on ``sock`` until Ctrl-C or SIGTERM, which stop it gracefully: the process then exits 0
-    (uvicorn re-raises the signal after shutting down). Every log line goes to stderr."""
+    (uvicorn re-raises the signal after shutting down). Every log line goes to stderr. uvicorn's own
+    news (started, shutting down) is logged only at ``log_level`` debug — the ready line says it —
+    its warnings and errors always; a line per request only with ``access_log``."""
     import contextlib
     import copy
     import signal
@@ -46,6 +48,10 @@ def run_uvicorn(app, sock, log_level: str = "info", *, lifespan: str = "off") ->
 
     logs = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     logs["handlers"]["access"]["stream"] = "ext://sys.stderr"  # stdout is for data: every log line on stderr
-    config = uvicorn.Config(app, log_level=log_level, log_config=logs, access_log=log_level in ("info", "debug"),
+    level = log_level.upper()
+    logs["loggers"]["uvicorn.error"]["level"] = "DEBUG" if level == "DEBUG" else level if level in ("ERROR", "CRITICAL") else "WARNING"
+    logs["loggers"]["uvicorn.access"]["level"] = "INFO" if access_log else "WARNING"
+    # log_level None: uvicorn leaves the levels set above (it would set one level for both loggers)
+    config = uvicorn.Config(app, log_level=None, log_config=logs, access_log=access_log,
                             lifespan=lifespan, timeout_graceful_shutdown=5)
     Server(config).run(sockets=[sock])

@@ -182,7 +182,11 @@ class Service(LiveState):
                 "index": fresh, "contract": {
                     "path": None if self.contract_path is None else str(self.contract_path),
                     "version": contract.contract_version, "error": self.contract_error},
-                "model": store.embedding_spec().model, "uptime_s": round(time.time() - self.started, 1),
+                "model": store.embedding_spec().model,
+                # every dense retriever (a mode of its own) and its model, e.g. dense:use-m -> use-m
+                "models": {name: store.embedding_spec(name).model for name in store.dense_retrievers()},
+                "modes": ["contract", "hybrid", "bm25", *store.dense_retrievers()],
+                "uptime_s": round(time.time() - self.started, 1),
                 **({} if status.get("access") is not None else {"swaps": self.swaps}), "kbtool_version": __version__,
                 **({"access": status["access"]} if status.get("access") is not None else {})}
 
