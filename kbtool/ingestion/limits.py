@@ -9,13 +9,13 @@ from pathlib import Path
 from ..errors import ParseError, ParseTimeoutError
 
 SUPPORTED = {
-    ".md": "md", ".markdown": "md", ".mdx": "md", ".txt": "txt", ".text": "txt", ".html": "html",
+    ".md": "md", ".markdown": "md", ".mdx": "md", ".rst": "rst", ".txt": "txt", ".text": "txt", ".html": "html",
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
 }
 # Bytes: larger files are skipped unless ingest's max_file_size (--max-file-size) sets one limit for
 # every type. Plain text and Markdown are parsed in pieces (bench: 30 MB of text in 104 s,
-# well under the time its chunks take to embed); HTML, CSV, DOCX and PDF are parsed in one go.
-MAX_SIZE_BY_TYPE = {"txt": 50 * 2**20, "md": 50 * 2**20, "html": 20 * 2**20, "pdf": 25 * 2**20,
+# well under the time its chunks take to embed); reStructuredText, HTML, CSV, DOCX and PDF in one go.
+MAX_SIZE_BY_TYPE = {"txt": 50 * 2**20, "md": 50 * 2**20, "rst": 10 * 2**20, "html": 20 * 2**20, "pdf": 25 * 2**20,
                     "docx": 20 * 2**20, "csv": 10 * 2**20}
 MAX_FILE_SIZE = max(MAX_SIZE_BY_TYPE.values())
 # ZIP-based types (DOCX) are checked on the archive's directory before anything is decompressed, so a

@@ -43,6 +43,11 @@ def _load_partitioner(filetype: str) -> None:
     alarm would leave a half-made module behind for every later file."""
     import importlib
 
+    if filetype == "rst":
+        from .rst import _kit
+
+        _kit()
+        return
     if filetype != "md":
         _use_blank_spacy()
     if filetype in _PARTITIONERS:
@@ -51,7 +56,7 @@ def _load_partitioner(filetype: str) -> None:
         import pypdfium2  # noqa: F401
 
 
-TEXT_TYPES = {"md", "txt", "html", "csv"}
+TEXT_TYPES = {"md", "rst", "txt", "html", "csv"}
 # Raised when a type's parsing changes what it gives: part of each document's parse options, so an
 # existing store re-parses those documents (chunks whose text stays the same keep their vectors).
 # md 2: code keeps its Markdown (inline backticks, fences and language).
@@ -246,6 +251,15 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
                path: Path | None = None, extra: dict | None = None, progress=None) -> list[Block]:
     if filetype == "md":
         return _partition_markdown(data, name, encoding, markup, path, extra, progress)
+    if filetype == "rst":  # docutils (rst.py): Sphinx's roles and directives kept as text
+        from .rst import parse_rst
+
+        ctx = markup or MarkupContext()
+        parsed = parse_rst(decode_text(data, name, encoding), doc_path=path, ingest_root=ctx.ingest_root,
+                           include_root=ctx.include_root, excluded=ctx.excluded)
+        if extra is not None:
+            extra["cleaned"] = parsed  # title, metadata (a leading field list), includes, as Markdown's
+        return parsed.blocks
     _use_blank_spacy()
     if filetype == "html":
         from unstructured.partition.html import partition_html
