@@ -237,7 +237,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
             moved = store.move_root(old, new)
             report.moved.append({"from": old, "to": new, "documents": moved})
             recorded = store.sources()
-    for job in jobs:  # the record first: a run killed half-way is re-run with the options it was given
+    for job, (items, _) in zip(jobs, found):  # the record first: a run killed half-way is re-run as given
         rec = recorded.get(job.root) or {}
         rel = "." if job.path == Path(job.root.removeprefix("beir:")) or job.path.is_dir() and not rec else None
         if rel is None:
@@ -247,6 +247,9 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
         recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
         if "." in recorded[job.root]["paths"]:
             recorded[job.root]["paths"] = ["."]
+        sphinx = _sphinx_sites(job, items, rec.get("sphinx") if rel != "." else None)
+        if sphinx:
+            recorded[job.root]["sphinx"] = sphinx
     gone_docs: list[str] = []
     if dropped and not options.keep_missing:
         gone_docs = [d for d, (r, _) in store.document_hashes().items() if r in dropped]
@@ -317,6 +320,17 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     report.chunks_written = chunk(store, chunk_params, embedder=embedder, progress=progress)
     report.index = index(store, embedder=embedder, progress=progress)
     return report
+
+
+def _sphinx_sites(job, items: list, before: dict | None) -> dict:
+    """The Sphinx projects of the job's ``.rst`` files, {folder: html_baseurl} (``rst.sphinx_sites``),
+    over what the record held for the rest of the root (``before``; None: the whole root is walked)."""
+    if job.options.format == "beir" or not any(i.path and i.path.suffix.lower() == ".rst" for i in items):
+        return dict(before or {})
+    from .rst import sphinx_sites
+
+    sites = {**(before or {}), **sphinx_sites(Path(job.root), [i.path for i in items if i.path])}
+    return {folder: url for folder, url in sites.items() if url}
 
 
 def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:

@@ -8,9 +8,15 @@ MIN_SOURCE_TOKENS = 16  # room for at least the start of one source
 
 
 def url_for(doc_id: str, anchor: str | None, base_url: str | None) -> str:
-    """BASE/doc path without its extension/ (``index`` is the folder itself) + ``#anchor``."""
+    """BASE/doc path without its extension/ (``index`` is the folder itself) + ``#anchor``; a
+    reStructuredText page is Sphinx's BASE/doc path.html + ``#anchor``."""
     if not base_url:
         return ""
+    if doc_id.lower().endswith(".rst"):
+        from urllib.parse import quote
+
+        url = base_url.rstrip("/") + "/" + quote(doc_id[: -len(".rst")].strip("/")) + ".html"
+        return url + (f"#{quote(anchor)}" if anchor else "")
     page = next((doc_id[: -len(ext)] for ext in (".md", ".markdown", ".html", ".htm")
                  if doc_id.lower().endswith(ext)), None)
     from urllib.parse import quote

@@ -73,10 +73,19 @@ class DocumentsView:
         return dict(self.manifest.get("sources") or {})
 
 
-    def published(self, root: str | None) -> tuple[str, str | None]:
-        """(id prefix, base URL) of the source a document of ``root`` comes from."""
+    def published(self, root: str | None, doc_id: str | None = None) -> tuple[str, str | None]:
+        """(id prefix, base URL) of the source a document of ``root`` comes from. With ``doc_id``
+        and no base URL recorded: the Sphinx project the document belongs to, (id prefix + its
+        folder/, its conf.py's html_baseurl), as ingest recorded it (``sphinx``), if any."""
         rec = (self.manifest.get("sources") or {}).get(root or "") or {}
-        return rec.get("id_prefix") or "", rec.get("base_url")
+        prefix, base = rec.get("id_prefix") or "", rec.get("base_url")
+        if base or doc_id is None:
+            return prefix, base
+        for folder, url in sorted((rec.get("sphinx") or {}).items(), key=lambda kv: -len(kv[0])):
+            inside = prefix + (folder + "/" if folder else "")
+            if doc_id.startswith(inside):
+                return inside, url
+        return prefix, None
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:  # how many were there
         return self.catalog.remove_documents(doc_ids)
