@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from ..chunk import ChunkParams, chunk
 from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_metadata, path_pattern
-from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
+from ..errors import EmptyDocumentError, InputError, NoDocumentsError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from .parse import PARSE_TIMEOUT, PARSER_VERSIONS, SUPPORTED, beir_document, decode_text, parse_file, read_file, sha256_bytes
@@ -229,6 +229,9 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     report = IngestReport()
     # Which files each job brings, before anything is written: a clash of ids stops the run here.
     found = [_discover_job(job, report) for job in jobs]
+    if paths and not any(items for items, _ in found) and all(j.options.format != "beir" for j in jobs):
+        raise NoDocumentsError(nothing_supported(paths, report.skipped, any(j.options.include or j.options.exclude
+                                                                             for j in jobs)))
     check_clashes(store, jobs, found)
     recorded = store.sources()
     for old in {m for j in jobs for m in j.moved_from}:
@@ -331,6 +334,24 @@ def _sphinx_sites(job, items: list, before: dict | None) -> dict:
 
     sites = {**(before or {}), **sphinx_sites(Path(job.root), [i.path for i in items if i.path])}
     return {folder: url for folder, url in sites.items() if url}
+
+
+def nothing_supported(paths, skipped: list[dict], selected: bool = False) -> str:
+    """'docs: no supported document (skipped 12 .png, 3 .css): supported are .md, …' (``selected``:
+    include/exclude globs were given)."""
+    from collections import Counter
+
+    kinds: Counter = Counter()
+    for s in skipped:
+        unsupported = s["reason"].startswith("unsupported file type")
+        kinds[(Path(s["path"]).suffix.lower() or "(no extension)") if unsupported else "other (see --json)"] += 1
+    shown = [f"{n} {kind}" for kind, n in kinds.most_common(6)]
+    if len(kinds) > 6:
+        shown.append(f"{sum(n for _, n in kinds.most_common()[6:])} more")
+    why = ("skipped " + ", ".join(shown) if shown else
+           "no file matches the include/exclude globs" if selected else "no file in it")
+    return (f"{', '.join(str(p) for p in paths)}: no supported document ({why}): supported are "
+            f"{', '.join(SUPPORTED)}")
 
 
 def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:
