@@ -222,6 +222,14 @@ def test_parsing_is_silent_and_never_fails_on_what_docutils_does_not_know(tmp_pa
     assert capfd.readouterr() == ("", "")
 
 
+def test_a_leading_field_list_is_metadata_and_a_repeated_title_gets_sphinx_id(tmp_path):
+    page = write(tmp_path / "p.rst", ":orphan:\n:tocdepth: 2\n\nUsage\n=====\n\nA\n-\n\nx\n\nA\n-\n\ny\n")
+    doc = parse_file(page, "p.rst")
+    assert doc.metadata == {"orphan": "", "tocdepth": "2"} and "tocdepth" not in doc.text
+    assert [(b.text, b.anchor) for b in doc.blocks if b.kind == "title"] == [("Usage", "usage"), ("A", "a"),
+                                                                           ("A", "id1")]
+
+
 def test_html_baseurl_is_read_from_conf_py_without_running_it(tmp_path):
     from kbtool.ingestion.rst import sphinx_base_url
 
@@ -275,12 +283,20 @@ def test_citations_link_to_the_sphinx_page_and_section_of_conf_py_html_baseurl(t
 
     store = _store(tmp_path / "kb", fake_embedder)
     assert not ingest(store, [DEMO], IngestOptions(include_root=str(DEMO.resolve())), embedder=fake_embedder).failed
-    assert store.sources()[str(DEMO.resolve())]["sphinx"] == {"docs": "https://demo.example.org/en/latest/"}
+    record = store.sources()[str(DEMO.resolve())]
+    assert record["sphinx"] == {"docs": "https://demo.example.org/en/latest/"}
+    from kbtool.cli.status import _source_line
+
+    assert "(https://demo.example.org/en/latest/ from docs/conf.py)" in _source_line({"root": str(DEMO), **record})
     c = load_contract(None, [], search=False)
     hit = next(h for h in retrieve(store, c, "case-insensitive header names", embedder=fake_embedder, top_k=10).hits
                if h.doc_id == "docs/guide/headers.rst" and h.section_path == "Headers > Add custom headers")
     assert hit.url == "https://demo.example.org/en/latest/guide/headers.html#add-custom-headers"
     assert hit.citation.startswith(hit.url)
+    given = load_contract(None, ["context.base_url=https://given.example/"], search=False)  # query --base-url
+    hit = next(h for h in retrieve(store, given, "case-insensitive header names", embedder=fake_embedder,
+                                   top_k=10).hits if h.doc_id == "docs/guide/headers.rst")
+    assert hit.url.startswith("https://given.example/docs/guide/headers.html#")
     # A base URL the user gives wins over conf.py's; the Python file beside the docs has no URL of its own.
     store2 = _store(tmp_path / "kb2", fake_embedder)
     ingest(store2, [DEMO / "docs"], IngestOptions(base_url="https://mirror.example/demo/"), embedder=fake_embedder)

@@ -15,17 +15,17 @@ import re
 
 from ..document import Block
 from .markup import RESERVED
+
 _WORD = re.compile(r"[^\W_]+")  # "Fork_" (a link) holds the word "fork"
+_LABELS = {"attention": "Attention", "caution": "Caution", "danger": "Danger", "error": "Error", "hint": "Hint",
+           "important": "Important", "note": "Note", "tip": "Tip", "warning": "Warning"}
 
 
 def _fenced(code: str, lang: str | None) -> str:
+    """A code block as Markdown writes it (as Markdown's code blocks are stored): fenced, with its
+    language."""
     fence = "`" * max([3] + [len(run) + 1 for run in re.findall(r"`{3,}", code)])
     return f"{fence}{lang or ''}\n{code}\n{fence}"
-
-
-
-_LABELS = {"attention": "Attention", "caution": "Caution", "danger": "Danger", "error": "Error", "hint": "Hint",
-           "important": "Important", "note": "Note", "tip": "Tip", "warning": "Warning"}
 
 
 class Walk:

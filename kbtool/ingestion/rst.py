@@ -38,19 +38,20 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..document import Block
+from ..errors import ParseError
 from .includes import read_include
 
 # Roles Sphinx renders as code (any domain role, ``py:func``, is code too).
 CODE_ROLES = {"func", "meth", "class", "attr", "exc", "data", "obj", "mod", "const", "type", "any", "code", "file",
               "samp", "envvar", "option", "program", "command", "kbd", "makevar", "regexp", "token", "keyword",
-              "member", "var", "macro", "struct", "union", "enum", "enumerator", "expr", "texpr", "literal"}
+              "member", "var", "macro", "struct", "union", "enum", "enumerator", "expr", "texpr"}
 # Directives whose content is code (None: the language is the directive's argument).
 CODE_DIRECTIVES = {"code-block": None, "sourcecode": None, "code": None, "testcode": "python", "testoutput": "",
                    "doctest": "pycon", "ipython": "ipython", "jupyter-execute": "python", "prompt": ""}
 # Directives a Sphinx site shows nothing of.
 HIDDEN_DIRECTIVES = {"index", "module", "currentmodule", "py:module", "py:currentmodule", "c:namespace",
-                     "cpp:namespace", "highlight", "default-domain", "default-role", "sectionauthor", "moduleauthor",
-                     "codeauthor", "tabularcolumns", "testsetup", "testcleanup", "todolist", "only-if-never"}
+                     "cpp:namespace", "highlight", "default-domain", "sectionauthor", "moduleauthor",
+                     "codeauthor", "tabularcolumns", "testsetup", "testcleanup", "todolist"}
 VERSION_LABELS = {"versionadded": "Added in version", "versionchanged": "Changed in version",
                   "deprecated": "Deprecated since version", "versionremoved": "Removed in version"}
 ADMONITION_LABELS = {"seealso": "See also", "todo": "Todo"}
@@ -110,7 +111,7 @@ class _Context:
             d = d.parent
         return self.ingest_root
 
-    def read(self, target: str, source: str | None, page_line: int) -> tuple[Path, list[str], _Included | None] | None:
+    def read(self, target: str, source: str | None) -> tuple[Path, list[str], _Included | None] | None:
         """(path, lines, the include it sits in) of a file an include directive names, or None
         (missing, outside the roots, excluded: counted and recorded)."""
         stats = self.result.stats
@@ -202,8 +203,6 @@ def _pyobject(lines: list[str], name: str) -> tuple[int, int] | None:
 def _kit():
     """docutils, set up once: the directives and roles kbtool reads Sphinx pages with, the state
     classes that run them, an inliner for unknown roles, the settings."""
-    import io
-
     from docutils import nodes, utils
     from docutils.frontend import get_default_settings
     from docutils.parsers.rst import Directive, Parser, roles, states
@@ -270,10 +269,8 @@ def _kit():
     class CodeBlock(Generic):
         def run(self):
             lang = CODE_DIRECTIVES.get(self.name.lower())
-            if lang is None:
+            if lang is None:  # else an argument is not the language (doctest's group name)
                 lang = (self.arguments[0].split() or [""])[0] if self.arguments else ""
-            elif self.arguments:  # doctest's group name, not code
-                pass
             code = "\n".join(self.content)
             block = nodes.literal_block(code, code, language=lang)
             block.source, block.line = where(self, self.content_offset + 1)
@@ -289,21 +286,23 @@ def _kit():
             target = self.arguments[0].strip()
             if target.startswith("<") and target.endswith(">"):
                 return self.standard(target[1:-1])
-            got = ctx.read(target, source, line or 0)
+            got = ctx.read(target, source)
             if got is None:
                 return []
             path, lines, parent = got
             picked = _select(lines, self.options)
+            if not picked:
+                return []
             if "literal" in self.options or "code" in self.options or self.name == "literalinclude":
-                return self.literal(ctx, path, picked, parent, line or 0)
+                return self.literal(ctx, path, picked)
             name = ctx.register(path, lines, parent, line or 0)
             body = StringList([t for _, t in picked], items=[(name, n - 1) for n, _ in picked])
-            body.append("", name, picked[-1][0] if picked else 0)
+            body.append("", name, picked[-1][0])
             sm = self.state_machine
             sm.input_lines.insert(sm.line_offset + 1, body)
             return []
 
-        def literal(self, ctx: _Context, path: Path, picked: list, parent, line: int):
+        def literal(self, ctx: _Context, path: Path, picked: list):
             code = "\n".join(t for _, t in picked)
             if self.options.get("dedent") is not None or self.name == "literalinclude":
                 import textwrap
@@ -315,8 +314,7 @@ def _kit():
                         ".yml": "yaml", ".sh": "bash", ".html": "html", ".c": "c", ".rs": "rust"}.get(path.suffix, "")
             block = nodes.literal_block(code, code, language=str(lang).strip())
             block.source, block.line = where(self, self.lineno)
-            if picked:
-                block["kbtool_source"] = [{"path": ctx.shown(path), "lines": [picked[0][0], picked[-1][0]]}]
+            block["kbtool_source"] = [{"path": ctx.shown(path), "lines": [picked[0][0], picked[-1][0]]}]
             return captioned(self, block)
 
         def standard(self, name: str):
@@ -438,12 +436,13 @@ def _kit():
             self.state_classes = state_classes
 
     settings = get_default_settings(RstParser, Reader)  # defaults only: no docutils.conf is read
-    for key, value in {"report_level": 5, "halt_level": 5, "warning_stream": io.StringIO(), "traceback": True,
+    # Sphinx's reading of a page (no document title taken out of the sections, "id1" ids), silent,
+    # no file or URL read by docutils' own directives, code not tokenized, text as written.
+    for key, value in {"report_level": 5, "halt_level": 5, "warning_stream": _Silent(),
                        "file_insertion_enabled": False, "raw_enabled": True, "doctitle_xform": False,
                        "sectsubtitle_xform": False, "auto_id_prefix": "id", "syntax_highlight": "none",
                        "smart_quotes": False, "pep_references": False, "rfc_references": False,
-                       "line_length_limit": LINE_LIMIT, "character_level_inline_markup": False,
-                       "input_encoding": "utf-8", "_disable_config": True}.items():
+                       "line_length_limit": LINE_LIMIT, "character_level_inline_markup": False}.items():
         setattr(settings, key, value)
     return nodes, utils, RstParser, Reader, settings, roles
 
@@ -458,8 +457,11 @@ def parse_rst(text: str, *, doc_path: Path | None = None, ingest_root: Path | No
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     page = str(doc_path) if doc_path is not None else "<page>"
     ctx = _Context(page, text.split("\n"), doc_path, ingest_root, include_root, excluded)
+    long = next((n for n, line in enumerate(ctx.page_lines, start=1) if len(line) > LINE_LIMIT), None)
+    if long:
+        raise ParseError(f"line {long} has {len(ctx.page_lines[long - 1])} characters, over the {LINE_LIMIT} "
+                         "docutils reads in one line: break it")
     settings = copy.copy(defaults)
-    settings.warning_stream = _Silent()
     settings.kbtool_context = ctx
     parser = RstParser()
     document = utils.new_document(page, settings)
@@ -484,6 +486,8 @@ def parse_rst(text: str, *, doc_path: Path | None = None, ingest_root: Path | No
 
 
 class _Silent:
+    """Where docutils' messages go (none reach it: report_level 5)."""
+
     def write(self, *args):
         return 0
 
