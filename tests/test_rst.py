@@ -230,6 +230,14 @@ def test_a_leading_field_list_is_metadata_and_a_repeated_title_gets_sphinx_id(tm
                                                                            ("A", "id1")]
 
 
+def test_a_line_docutils_will_not_read_is_a_parse_error_naming_it(tmp_path):
+    from kbtool.errors import ParseError
+
+    page = write(tmp_path / "wide.rst", "Wide\n====\n\n" + "x" * 100_001 + "\n")
+    with pytest.raises(ParseError, match=r"^line 4 has 100001 characters, over the 100000 docutils reads"):
+        parse_file(page, "wide.rst")
+
+
 def test_html_baseurl_is_read_from_conf_py_without_running_it(tmp_path):
     from kbtool.ingestion.rst import sphinx_base_url
 
