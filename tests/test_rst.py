@@ -296,6 +296,10 @@ def test_citations_link_to_the_sphinx_page_and_section_of_conf_py_html_baseurl(t
     from kbtool.cli.status import _source_line
 
     assert "(https://demo.example.org/en/latest/ from docs/conf.py)" in _source_line({"root": str(DEMO), **record})
+    root = str(DEMO.resolve())
+    assert store.published(root, "docs/guide/headers.rst") == ("docs/", "https://demo.example.org/en/latest/")
+    assert store.published(root, "docs/notes.md") == ("", None)  # only .rst pages: a MyST page's URL is not guessed
+    assert store.published(root, "src/demo.rst") == ("", None)  # outside the Sphinx project
     c = load_contract(None, [], search=False)
     hit = next(h for h in retrieve(store, c, "case-insensitive header names", embedder=fake_embedder, top_k=10).hits
                if h.doc_id == "docs/guide/headers.rst" and h.section_path == "Headers > Add custom headers")

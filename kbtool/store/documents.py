@@ -74,12 +74,13 @@ class DocumentsView:
 
 
     def published(self, root: str | None, doc_id: str | None = None) -> tuple[str, str | None]:
-        """(id prefix, base URL) of the source a document of ``root`` comes from. With ``doc_id``
-        and no base URL recorded: the Sphinx project the document belongs to, (id prefix + its
-        folder/, its conf.py's html_baseurl), as ingest recorded it (``sphinx``), if any."""
+        """(id prefix, base URL) of the source a document of ``root`` comes from. With the
+        ``doc_id`` of a ``.rst`` page and no base URL recorded: the Sphinx project the page belongs
+        to, (id prefix + its folder/, its conf.py's html_baseurl), as ingest recorded it
+        (``sphinx``), if any."""
         rec = (self.manifest.get("sources") or {}).get(root or "") or {}
         prefix, base = rec.get("id_prefix") or "", rec.get("base_url")
-        if base or doc_id is None:
+        if base or doc_id is None or not doc_id.lower().endswith(".rst"):
             return prefix, base
         for folder, url in sorted((rec.get("sphinx") or {}).items(), key=lambda kv: -len(kv[0])):
             inside = prefix + (folder + "/" if folder else "")
