@@ -51,6 +51,11 @@ class ModelError(KbtoolError):
     """The embedding model cannot be found or loaded (offline, wrong path)."""
 
 
+class NoDocumentsError(InputError):
+    """The folders or files named to ingest hold no file of a supported type (an empty folder, only
+    images and stylesheets...): nothing is ingested and the store is left as it was."""
+
+
 class ParseError(KbtoolError):
     """One file could not be parsed; ingest reports it and goes on."""
 

@@ -97,7 +97,8 @@ def _source_line(src: dict) -> str:
     root = src["root"]
     parts = [f"id prefix {src['id_prefix']}" if src.get("id_prefix") else "",
              src.get("base_url") or (f"{src['mkdocs']['site_url']} from mkdocs.yml"
-                                     if (src.get("mkdocs") or {}).get("site_url") else ""),
+                                     if (src.get("mkdocs") or {}).get("site_url") else "")
+             or ", ".join(f"{url} from {d + '/' if d else ''}conf.py" for d, url in sorted((src.get("sphinx") or {}).items())),
              "include " + ",".join(src["include"]) if src.get("include") else "",
              "exclude " + ",".join(src["exclude"]) if src.get("exclude") else "",
              "meta " + ",".join(f"{k}={v}" for k, v in sorted(src["metadata"].items())) if src.get("metadata") else "",

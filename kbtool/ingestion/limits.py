@@ -1,21 +1,23 @@
-"""What ingest allows one file: its size by type, the ZIP directory of a DOCX (a zip bomb is refused
-before anything is decompressed), and the seconds its parsing may take."""
+"""What ingest allows one file: its size by type (``read_file``), the ZIP directory of a DOCX (a zip
+bomb is refused before anything is decompressed), the seconds its parsing may take, and the one line
+it says when a file fails (``failure_reason``)."""
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 from ..errors import ParseError, ParseTimeoutError
 
 SUPPORTED = {
-    ".md": "md", ".markdown": "md", ".mdx": "md", ".txt": "txt", ".text": "txt", ".html": "html",
+    ".md": "md", ".markdown": "md", ".mdx": "md", ".rst": "rst", ".txt": "txt", ".text": "txt", ".html": "html",
     ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".csv": "csv",
 }
 # Bytes: larger files are skipped unless ingest's max_file_size (--max-file-size) sets one limit for
 # every type. Plain text and Markdown are parsed in pieces (bench: 30 MB of text in 104 s,
-# well under the time its chunks take to embed); HTML, CSV, DOCX and PDF are parsed in one go.
-MAX_SIZE_BY_TYPE = {"txt": 50 * 2**20, "md": 50 * 2**20, "html": 20 * 2**20, "pdf": 25 * 2**20,
+# well under the time its chunks take to embed); reStructuredText, HTML, CSV, DOCX and PDF in one go.
+MAX_SIZE_BY_TYPE = {"txt": 50 * 2**20, "md": 50 * 2**20, "rst": 10 * 2**20, "html": 20 * 2**20, "pdf": 25 * 2**20,
                     "docx": 20 * 2**20, "csv": 10 * 2**20}
 MAX_FILE_SIZE = max(MAX_SIZE_BY_TYPE.values())
 # ZIP-based types (DOCX) are checked on the archive's directory before anything is decompressed, so a
@@ -127,3 +129,39 @@ def size_limit(path: Path, max_bytes: int | None = None) -> int:
     if max_bytes is not None:
         return max_bytes
     return MAX_SIZE_BY_TYPE.get(SUPPORTED.get(path.suffix.lower(), ""), MAX_FILE_SIZE)
+
+
+def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
+    """A regular file's bytes and mtime, or ParseError (too large, unreadable, not a regular file).
+    ``max_bytes``: one limit for every type (None: the type's, MAX_SIZE_BY_TYPE)."""
+    import stat as st
+
+    try:
+        info = path.stat()
+        if not st.S_ISREG(info.st_mode):
+            raise ParseError("not a regular file")
+        limit = size_limit(path, max_bytes)
+        if info.st_size > limit:
+            kind = "the limit set" if max_bytes is not None else f"the limit for {SUPPORTED.get(path.suffix.lower(), 'these')} files"
+            raise ParseError(f"{info.st_size / 2**20:.1f} MB ({info.st_size} bytes) is over {kind}, "
+                             f"{limit / 2**20:g} MB: raise it with max_file_size (CLI: --max-file-size MB)")
+        return path.read_bytes(), info.st_mtime
+    except OSError as exc:
+        raise ParseError(f"cannot read: {exc.strerror or exc}") from None
+
+
+_OBJECT_REPR = re.compile(r"(?:file )?'?<[\w.]+ object at 0x[0-9a-fA-F]+>'?")
+BINARY_TYPES = ("docx", "pdf")  # a failure to parse them means the file is not what its name says
+
+
+def failure_reason(filetype: str, exc: Exception) -> str:
+    """One clean line for a library's failure to parse a file: its first line, without a Python
+    object's repr (python-docx says "file '<_io.BytesIO object at 0x7f…>' is not a Word file") or
+    a KeyError's quotes. A DOCX or PDF that does not parse is said not to be one."""
+    msg = str(exc).splitlines()[0].strip() if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, KeyError) and len(msg) > 1 and msg[0] == msg[-1] and msg[0] in "'\"":
+        msg = msg[1:-1]
+    msg = _OBJECT_REPR.sub("it", msg)
+    if filetype in BINARY_TYPES:
+        return f"not a valid {filetype.upper()} file: {msg}"
+    return f"could not parse as {filetype}: {msg}"

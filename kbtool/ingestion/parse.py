@@ -31,7 +31,7 @@ from pathlib import Path
 from ..document import Block, ParsedDocument  # noqa: F401  (re-exported: parsing hands these on)
 from ..errors import EmptyDocumentError, ParseError
 from .limits import (MAX_FILE_SIZE, MAX_SIZE_BY_TYPE, MAX_ZIP_ENTRIES, PARSE_TIMEOUT, SUPPORTED, ZIP_TYPES,  # noqa: F401
-                     Budget, check_zip, size_limit, size_limits_text)
+                     Budget, check_zip, failure_reason, read_file, size_limit, size_limits_text)
 
 _PARTITIONERS = {"html": "unstructured.partition.html", "txt": "unstructured.partition.text",
                  "csv": "unstructured.partition.csv", "docx": "unstructured.partition.docx",
@@ -43,6 +43,11 @@ def _load_partitioner(filetype: str) -> None:
     alarm would leave a half-made module behind for every later file."""
     import importlib
 
+    if filetype == "rst":
+        from .rst import _kit
+
+        _kit()
+        return
     if filetype != "md":
         _use_blank_spacy()
     if filetype in _PARTITIONERS:
@@ -51,7 +56,7 @@ def _load_partitioner(filetype: str) -> None:
         import pypdfium2  # noqa: F401
 
 
-TEXT_TYPES = {"md", "txt", "html", "csv"}
+TEXT_TYPES = {"md", "rst", "txt", "html", "csv"}
 # Raised when a type's parsing changes what it gives: part of each document's parse options, so an
 # existing store re-parses those documents (chunks whose text stays the same keep their vectors).
 # md 2: code keeps its Markdown (inline backticks, fences and language).
@@ -248,6 +253,15 @@ def _partition(filetype: str, data: bytes, name: str, encoding: str | None, mark
                path: Path | None = None, extra: dict | None = None, progress=None) -> list[Block]:
     if filetype == "md":
         return _partition_markdown(data, name, encoding, markup, path, extra, progress)
+    if filetype == "rst":  # docutils (rst.py): Sphinx's roles and directives kept as text
+        from .rst import parse_rst
+
+        ctx = markup or MarkupContext()
+        parsed = parse_rst(decode_text(data, name, encoding), doc_path=path, ingest_root=ctx.ingest_root,
+                           include_root=ctx.include_root, excluded=ctx.excluded)
+        if extra is not None:
+            extra["cleaned"] = parsed  # title, metadata (a leading field list), includes, as Markdown's
+        return parsed.blocks
     _use_blank_spacy()
     if filetype == "html":
         from unstructured.partition.html import partition_html
@@ -399,42 +413,6 @@ def title_from(blocks: list[Block], doc_id: str) -> str:
             return " ".join(b.text.split())
     stem = Path(doc_id).stem
     return re.sub(r"[-_]+", " ", stem).strip() or doc_id
-
-
-def read_file(path: Path, max_bytes: int | None = None) -> tuple[bytes, float]:
-    """A regular file's bytes and mtime, or ParseError (too large, unreadable, not a regular file).
-    ``max_bytes``: one limit for every type (None: the type's, MAX_SIZE_BY_TYPE)."""
-    import stat as st
-
-    try:
-        info = path.stat()
-        if not st.S_ISREG(info.st_mode):
-            raise ParseError("not a regular file")
-        limit = size_limit(path, max_bytes)
-        if info.st_size > limit:
-            kind = "the limit set" if max_bytes is not None else f"the limit for {SUPPORTED.get(path.suffix.lower(), 'these')} files"
-            raise ParseError(f"{info.st_size / 2**20:.1f} MB ({info.st_size} bytes) is over {kind}, "
-                             f"{limit / 2**20:g} MB: raise it with max_file_size (CLI: --max-file-size MB)")
-        return path.read_bytes(), info.st_mtime
-    except OSError as exc:
-        raise ParseError(f"cannot read: {exc.strerror or exc}") from None
-
-
-_OBJECT_REPR = re.compile(r"(?:file )?'?<[\w.]+ object at 0x[0-9a-fA-F]+>'?")
-BINARY_TYPES = ("docx", "pdf")  # a failure to parse them means the file is not what its name says
-
-
-def failure_reason(filetype: str, exc: Exception) -> str:
-    """One clean line for a library's failure to parse a file: its first line, without a Python
-    object's repr (python-docx says "file '<_io.BytesIO object at 0x7f…>' is not a Word file") or
-    a KeyError's quotes. A DOCX or PDF that does not parse is said not to be one."""
-    msg = str(exc).splitlines()[0].strip() if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, KeyError) and len(msg) > 1 and msg[0] == msg[-1] and msg[0] in "'\"":
-        msg = msg[1:-1]
-    msg = _OBJECT_REPR.sub("it", msg)
-    if filetype in BINARY_TYPES:
-        return f"not a valid {filetype.upper()} file: {msg}"
-    return f"could not parse as {filetype}: {msg}"
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

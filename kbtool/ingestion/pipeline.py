@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from ..chunk import ChunkParams, chunk
 from ..document import ParsedDocument, check_metadata_keys, fingerprint, path_metadata, path_pattern
-from ..errors import EmptyDocumentError, InputError, ParseError, UsageError
+from ..errors import EmptyDocumentError, InputError, NoDocumentsError, ParseError, UsageError
 from ..index import IndexReport, index
 from ..store import Store
 from .parse import PARSE_TIMEOUT, PARSER_VERSIONS, SUPPORTED, beir_document, decode_text, parse_file, read_file, sha256_bytes
@@ -250,6 +250,9 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     report = IngestReport()
     # Which files each job brings, before anything is written: a clash of ids stops the run here.
     found = [_discover_job(job, report) for job in jobs]
+    if paths and not any(items for items, _ in found) and all(j.options.format != "beir" for j in jobs):
+        raise NoDocumentsError(nothing_supported(paths, report.skipped, any(j.options.include or j.options.exclude
+                                                                             for j in jobs)))
     check_clashes(store, jobs, found)
     sites = _sites(jobs, report)
     recorded = store.sources()
@@ -259,7 +262,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
             moved = store.move_root(old, new)
             report.moved.append({"from": old, "to": new, "documents": moved})
             recorded = store.sources()
-    for job in jobs:  # the record first: a run killed half-way is re-run with the options it was given
+    for job, (items, _) in zip(jobs, found):  # the record first: a run killed half-way is re-run as given
         rec = recorded.get(job.root) or {}
         rel = "." if job.path == Path(job.root.removeprefix("beir:")) or job.path.is_dir() and not rec else None
         if rel is None:
@@ -271,6 +274,9 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
             recorded[job.root]["mkdocs"] = sites[job.root].record()
         if "." in recorded[job.root]["paths"]:
             recorded[job.root]["paths"] = ["."]
+        sphinx = _sphinx_sites(job, items, rec.get("sphinx") if rel != "." else None)
+        if sphinx:
+            recorded[job.root]["sphinx"] = sphinx
     gone_docs: list[str] = []
     if dropped and not options.keep_missing:
         gone_docs = [d for d, (r, _) in store.document_hashes().items() if r in dropped]
@@ -360,6 +366,35 @@ def _sites(jobs: list, report: IngestReport) -> dict:
             report.mkdocs.append({"root": job.root, **site.summary(
                 base, ("data.sources" if job.declared else "--base-url") if base else None)})
     return sites
+
+
+def _sphinx_sites(job, items: list, before: dict | None) -> dict:
+    """The Sphinx projects of the job's ``.rst`` files, {folder: html_baseurl} (``rst.sphinx_sites``),
+    over what the record held for the rest of the root (``before``; None: the whole root is walked)."""
+    if job.options.format == "beir" or not any(i.path and i.path.suffix.lower() == ".rst" for i in items):
+        return dict(before or {})
+    from .rst import sphinx_sites
+
+    sites = {**(before or {}), **sphinx_sites(Path(job.root), [i.path for i in items if i.path])}
+    return {folder: url for folder, url in sites.items() if url}
+
+
+def nothing_supported(paths, skipped: list[dict], selected: bool = False) -> str:
+    """'docs: no supported document (skipped 12 .png, 3 .css): supported are .md, …' (``selected``:
+    include/exclude globs were given)."""
+    from collections import Counter
+
+    kinds: Counter = Counter()
+    for s in skipped:
+        unsupported = s["reason"].startswith("unsupported file type")
+        kinds[(Path(s["path"]).suffix.lower() or "(no extension)") if unsupported else "other (see --json)"] += 1
+    shown = [f"{n} {kind}" for kind, n in kinds.most_common(6)]
+    if len(kinds) > 6:
+        shown.append(f"{sum(n for _, n in kinds.most_common()[6:])} more")
+    why = ("skipped " + ", ".join(shown) if shown else
+           "no file matches the include/exclude globs" if selected else "no file in it")
+    return (f"{', '.join(str(p) for p in paths)}: no supported document ({why}): supported are "
+            f"{', '.join(SUPPORTED)}")
 
 
 def _discover_job(job, report: IngestReport) -> tuple[list, list[str] | None]:

@@ -10,7 +10,8 @@ MIN_SOURCE_TOKENS = 16  # room for at least the start of one source
 
 def url_for(doc_id: str, anchor: str | None, base_url: str | None, site: dict | None = None) -> str:
     """BASE/doc path without its extension/ (``index`` is the folder itself) + ``#anchor``; for a
-    document of a MkDocs site (``site``: what ingest read of its mkdocs.yml), the URL MkDocs gives it."""
+    document of a MkDocs site (``site``: what ingest read of its mkdocs.yml), the URL MkDocs gives it;
+    a reStructuredText page is Sphinx's BASE/doc path.html + ``#anchor``."""
     if not base_url:
         return ""
     if site is not None:  # a MkDocs site publishes the files of its docs_dir, and only those
@@ -20,6 +21,11 @@ def url_for(doc_id: str, anchor: str | None, base_url: str | None, site: dict | 
         from urllib.parse import quote
 
         return base_url.rstrip("/") + "/" + page + (f"#{quote(anchor, safe='%')}" if anchor else "")
+    if doc_id.lower().endswith(".rst"):
+        from urllib.parse import quote
+
+        url = base_url.rstrip("/") + "/" + quote(doc_id[: -len(".rst")].strip("/")) + ".html"
+        return url + (f"#{quote(anchor)}" if anchor else "")
     page = next((doc_id[: -len(ext)] for ext in (".md", ".markdown", ".html", ".htm")
                  if doc_id.lower().endswith(ext)), None)
     from urllib.parse import quote

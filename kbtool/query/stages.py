@@ -248,6 +248,8 @@ def _hit(st: AnswerState, cid: str, score: float, i: int, rank: int, extra: list
         line_source=json.loads(row["line_source"]) if row.get("line_source") else None,
     )
     prefix, base, site = store.published(row.get("root"))
+    if not base and not st.contract.context.base_url:  # none given: a Sphinx project's html_baseurl
+        prefix, base, site = store.published(row.get("root"), row["doc_id"])
     hit.url = (url_for(row["doc_id"][len(prefix):], hit.anchor, base, site) if base
                else url_for(row["doc_id"], hit.anchor, st.contract.context.base_url))
     hit.citation = citation(hit)

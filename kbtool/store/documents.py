@@ -73,13 +73,22 @@ class DocumentsView:
         return dict(self.manifest.get("sources") or {})
 
 
-    def published(self, root: str | None) -> tuple[str, str | None, dict | None]:
+    def published(self, root: str | None, doc_id: str | None = None) -> tuple[str, str | None, dict | None]:
         """(id prefix, base URL, MkDocs site) of the source a document of ``root`` comes from: the base
         URL is the source's own, else its mkdocs.yml's ``site_url``; the site is what ingest read of its
-        mkdocs.yml (``ingestion.mkdocs.Site.record``), or None."""
+        mkdocs.yml (``ingestion.mkdocs.Site.record``), or None. With the ``doc_id`` of a ``.rst`` page
+        and no base URL: the Sphinx project the page belongs to, (id prefix + its folder/, its conf.py's
+        html_baseurl, None), as ingest recorded it (``sphinx``), if any."""
         rec = (self.manifest.get("sources") or {}).get(root or "") or {}
         site = rec.get("mkdocs")
-        return rec.get("id_prefix") or "", rec.get("base_url") or (site or {}).get("site_url"), site
+        prefix, base = rec.get("id_prefix") or "", rec.get("base_url") or (site or {}).get("site_url")
+        if base or doc_id is None or not doc_id.lower().endswith(".rst"):
+            return prefix, base, site
+        for folder, url in sorted((rec.get("sphinx") or {}).items(), key=lambda kv: -len(kv[0])):
+            inside = prefix + (folder + "/" if folder else "")
+            if doc_id.startswith(inside):
+                return inside, url, None
+        return prefix, None, site
 
     def remove_documents(self, doc_ids: Iterable[str]) -> int:  # how many were there
         return self.catalog.remove_documents(doc_ids)
