@@ -353,3 +353,19 @@ def test_the_cli_exits_1_naming_the_skipped_types(tmp_path, fake_embedder):
     assert r.exit_code == 1
     assert "no supported document (skipped 1 .png): supported are .md" in r.stderr
     assert "Traceback" not in r.output
+
+
+def test_an_ingest_that_finds_nothing_leaves_no_new_store_behind(tmp_path, fake_embedder):
+    """A new store path and a folder with nothing to ingest: exit 1, and no empty store folder left
+    (a later `kbtool status` would call it a store); an existing store is kept as it was."""
+    from typer.testing import CliRunner
+
+    from kbtool.cli import app
+
+    write(tmp_path / "site" / "logo.png", "x")
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "site"), "--store", str(tmp_path / "new-kb"), "--parse-only"])
+    assert r.exit_code == 1 and "no supported document" in r.stderr
+    assert not (tmp_path / "new-kb").exists()
+    store = _store(tmp_path / "kb", fake_embedder)
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "site"), "--store", str(store.path), "--parse-only"])
+    assert r.exit_code == 1 and (store.path / "catalog.sqlite3").exists()

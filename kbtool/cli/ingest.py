@@ -58,6 +58,7 @@ def ingest(
     ingested folder are removed from the catalog, Chroma and BM25. The store remembers each folder
     and its options: `kbtool ingest` alone ingests them again as they were.
     """
+    from ..errors import NoDocumentsError
     from ..ingestion.pipeline import IngestOptions
     from ..ingestion.pipeline import ingest as run_ingest
     from ..ingestion.prepare import check_request, open_for_ingest
@@ -74,15 +75,26 @@ def ingest(
     check_request(paths, stemmer=stemmer, id_prefix=id_prefix)  # before a store is made
     vectors = chroma_options(chroma_url, chroma_tenant, chroma_database, chroma_collection)  # before a store is made
     declared, min_kept = _declared(contract, store, paths, quiet)
+    from ..store import default_store_path
+
+    new_folder = not (store or default_store_path()).exists()  # nothing found to ingest: leave no empty store
     kb, embedder = open_for_ingest(
         store, paths, declared, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix,
         max_tokens=max_tokens, tokenizer=tokenizer, input_type=input_type, stemmer=stemmer, id_prefix=id_prefix,
         vectors=vectors, models=[split_add_model(a) for a in add_model or []], parse_only=parse_only,
         configure=lambda kb: writer_settings(kb, wait, quiet))
-    with progress_bars(quiet) as progress:
-        report = run_ingest(kb, paths, options, embedder=embedder, progress=progress, sources=declared,
-                            update_sources=update_sources, root_moved=[root_moved] if root_moved else None,
-                            min_kept_text=min_kept)
+    try:
+        with progress_bars(quiet) as progress:
+            report = run_ingest(kb, paths, options, embedder=embedder, progress=progress, sources=declared,
+                                update_sources=update_sources, root_moved=[root_moved] if root_moved else None,
+                                min_kept_text=min_kept)
+    except NoDocumentsError:
+        if new_folder and vectors is None:  # the store this run made holds nothing: take it away again
+            import shutil
+
+            kb.close()
+            shutil.rmtree(kb.path, ignore_errors=True)
+        raise
     hint = None if quiet and not json_ else _multilingual_hint(kb, parse_only)  # said once: where it is seen
     if json_:
         print_json({**report.to_dict(unchanged=verbose), **({"hint": hint} if hint else {})})
