@@ -186,7 +186,7 @@ def _sync_bm25(store, rows, wanted: dict[str, str], generation: int, force: bool
         return False, len(delta.chunk_ids)
     analyzer = store.analyzer
     BM25Index.build(bm25_dir, [r["chunk_id"] for r in rows],
-                    [analyzer(embed_text(r["prefix"], r["text"])) for r in rows], store.manifest["bm25"],
+                    analyzer.many(embed_text(r["prefix"], r["text"]) for r in rows), store.manifest["bm25"],
                     state=record, hashes=[wanted[r["chunk_id"]] for r in rows])
     store.record_bm25(spec)
     return True, 0
@@ -233,7 +233,7 @@ def _bm25_delta(store, bm25_dir, rows, wanted: dict[str, str], state: dict):
     kept = set(ids)
     new = [r for r in todo if r["chunk_id"] not in kept]
     analyzer = store.analyzer
-    parts.append(bm25._terms_and_postings([analyzer(embed_text(r["prefix"], r["text"])) for r in new]))
+    parts.append(bm25._terms_and_postings(analyzer.many(embed_text(r["prefix"], r["text"]) for r in new)))
     terms, raw = bm25._merge_segments(parts)
     return bm25.Delta(base["id"], ids + [r["chunk_id"] for r in new], hashes + [wanted[r["chunk_id"]] for r in new],
                       terms, raw, dead)

@@ -62,6 +62,11 @@ class Lexicon:
     def __setitem__(self, key: str, value) -> None:
         self._added[key] = value
 
+    def loaded(self) -> dict | None:
+        """The whole table as the plain dict it answers from, once loaded and while nothing was set
+        in this process (the same answers, without a Python call per lookup); else None."""
+        return self._full if self._full is not None and not self._added else None
+
     # ---- the file ------------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
