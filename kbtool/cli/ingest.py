@@ -102,6 +102,11 @@ def ingest(
         _render(report, kb.path, quiet, verbose)
         if hint and not quiet:
             err.print(hint, highlight=False, markup=False)
+    _exit_on_failures(report, allow_failures, strict, json_)
+
+
+def _exit_on_failures(report, allow_failures: int, strict: bool, json_: bool) -> None:
+    """Exit 1 when more files failed than allowed, or (--strict) a document keeps too little of its text."""
     failed = len(report.failed)
     if failed > allow_failures:
         err.print(f"ingest: {failed} file(s) failed" + (f" (allowed: {allow_failures})" if allow_failures else "")

@@ -8,7 +8,7 @@ import fnmatch
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -238,8 +238,6 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     A folder is mirrored: documents whose files are gone leave the store. A path inside a folder
     ingested before keeps that folder as its root, so document ids stay the same.
     """
-    from . import sources as src
-
     options = options or IngestOptions()
     if options.parse_timeout is not None and options.parse_timeout < 0:
         raise UsageError("parse_timeout must be 0 (no limit) or more seconds")
@@ -255,28 +253,7 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
                                                                              for j in jobs)))
     check_clashes(store, jobs, found)
     sites = _sites(jobs, report)
-    recorded = store.sources()
-    for old in {m for j in jobs for m in j.moved_from}:
-        new = next(j.root for j in jobs if old in j.moved_from)
-        if old != new:
-            moved = store.move_root(old, new)
-            report.moved.append({"from": old, "to": new, "documents": moved})
-            recorded = store.sources()
-    for job, (items, _) in zip(jobs, found):  # the record first: a run killed half-way is re-run as given
-        rec = recorded.get(job.root) or {}
-        rel = "." if job.path == Path(job.root.removeprefix("beir:")) or job.path.is_dir() and not rec else None
-        if rel is None:
-            base = Path(job.root.removeprefix("beir:"))
-            rel = job.path.relative_to(base).as_posix() if job.path.is_relative_to(base) else "."
-        paths_before = rec.get("paths") or []  # a part ingested again never narrows the record
-        recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
-        if sites.get(job.root):  # what was read of its mkdocs.yml: query-time URLs use it
-            recorded[job.root]["mkdocs"] = sites[job.root].record()
-        if "." in recorded[job.root]["paths"]:
-            recorded[job.root]["paths"] = ["."]
-        sphinx = _sphinx_sites(job, items, rec.get("sphinx") if rel != "." else None)
-        if sphinx:
-            recorded[job.root]["sphinx"] = sphinx
+    recorded = _record_sources(store, jobs, found, sites, report)
     gone_docs: list[str] = []
     if dropped and not options.keep_missing:
         gone_docs = [d for d, (r, _) in store.document_hashes().items() if r in dropped]
@@ -347,6 +324,36 @@ def _ingest(store: Store, paths, options: IngestOptions | None = None, *, embedd
     report.chunks_written = chunk(store, chunk_params, embedder=embedder, progress=progress)
     report.index = index(store, embedder=embedder, progress=progress)
     return report
+
+
+def _record_sources(store: Store, jobs: list, found: list, sites: dict, report: IngestReport) -> dict:
+    """The store's source records as this run leaves them (folders moved first, then each job's options,
+    paths, MkDocs site and Sphinx projects); written by the caller, before any document."""
+    from . import sources as src
+
+    recorded = store.sources()
+    for old in {m for j in jobs for m in j.moved_from}:
+        new = next(j.root for j in jobs if old in j.moved_from)
+        if old != new:
+            moved = store.move_root(old, new)
+            report.moved.append({"from": old, "to": new, "documents": moved})
+            recorded = store.sources()
+    for job, (items, _) in zip(jobs, found):  # the record first: a run killed half-way is re-run as given
+        rec = recorded.get(job.root) or {}
+        rel = "." if job.path == Path(job.root.removeprefix("beir:")) or job.path.is_dir() and not rec else None
+        if rel is None:
+            base = Path(job.root.removeprefix("beir:"))
+            rel = job.path.relative_to(base).as_posix() if job.path.is_relative_to(base) else "."
+        paths_before = rec.get("paths") or []  # a part ingested again never narrows the record
+        recorded[job.root] = src.record(job.options, job.declared, paths_before + [rel])
+        if sites.get(job.root):  # what was read of its mkdocs.yml: query-time URLs use it
+            recorded[job.root]["mkdocs"] = sites[job.root].record()
+        if "." in recorded[job.root]["paths"]:
+            recorded[job.root]["paths"] = ["."]
+        sphinx = _sphinx_sites(job, items, rec.get("sphinx") if rel != "." else None)
+        if sphinx:
+            recorded[job.root]["sphinx"] = sphinx
+    return recorded
 
 
 def _sites(jobs: list, report: IngestReport) -> dict:
