@@ -315,3 +315,17 @@ def stand_in_http(status: int, body: bytes, ctype: str, seen: list | None = None
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def norm(text: str) -> str:
+    """Text as compared with a block's: backticks out, whitespace collapsed."""
+    return " ".join(text.replace("`", "").split())
+
+
+def block_at(doc, line: int, phrase: str):
+    """The block of a parsed document holding ``phrase`` whose cited lines cover ``line``."""
+    found = [b for b in doc.blocks if norm(phrase) in norm(b.text)]
+    assert found, f"{phrase!r} is in no block of {doc.doc_id}"
+    cited = [b for b in found if b.lines and b.lines[0] <= line <= b.lines[1]]
+    assert cited, f"{phrase!r} is cited at {[b.lines for b in found]}, not at line {line}"
+    return cited[0]

@@ -12,6 +12,8 @@ import pytest
 
 from kbtool.ingestion.parse import MarkupContext, parse_file
 
+from .conftest import block_at
+
 SITES = Path(__file__).parent / "fixtures" / "markdown_sites"
 # The folder each generator's pages are ingested from, and where its includes resolve.
 ROOTS = {"vitepress": ("vitepress", None), "docusaurus": ("docusaurus", None), "github": ("github", None),
@@ -28,19 +30,6 @@ def parse(page: str):
     path = SITES / page
     ctx = MarkupContext(ingest_root=root, include_root=(SITES / include).resolve() if include else None)
     return parse_file(path, path.resolve().relative_to(root).as_posix(), markup=ctx)
-
-
-def norm(text: str) -> str:
-    return " ".join(text.replace("`", "").split())
-
-
-def block_at(doc, line: int, phrase: str):
-    """The block holding ``phrase`` whose cited lines cover ``line``."""
-    found = [b for b in doc.blocks if norm(phrase) in norm(b.text)]
-    assert found, f"{phrase!r} is in no block"
-    cited = [b for b in found if b.lines and b.lines[0] <= line <= b.lines[1]]
-    assert cited, f"{phrase!r} is cited at {[b.lines for b in found]}, not at line {line}"
-    return cited[0]
 
 
 # (page, source line, phrase as rendered, the section path of its block or None)

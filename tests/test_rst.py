@@ -14,7 +14,7 @@ import pytest
 from kbtool.errors import NoDocumentsError
 from kbtool.ingestion.parse import MarkupContext, parse_file
 
-from .conftest import write
+from .conftest import block_at, norm, write
 
 SPHINX = Path(__file__).parent / "fixtures" / "sphinx"
 ITS = SPHINX / "itsdangerous"  # docs/ is the Sphinx project; CHANGES.rst and LICENSE.txt beside it
@@ -28,19 +28,6 @@ def parse(project: Path, page: str, include_root: Path | None = None):
     root = (project / "docs").resolve()
     ctx = MarkupContext(ingest_root=root, include_root=(include_root or root).resolve())
     return parse_file(root / page, page, markup=ctx)
-
-
-def norm(text: str) -> str:
-    return " ".join(text.replace("`", "").split())
-
-
-def block_at(doc, line: int, phrase: str):
-    """The block holding ``phrase`` whose cited lines cover ``line``."""
-    found = [b for b in doc.blocks if norm(phrase) in norm(b.text)]
-    assert found, f"{phrase!r} is in no block of {doc.doc_id}"
-    cited = [b for b in found if b.lines and b.lines[0] <= line <= b.lines[1]]
-    assert cited, f"{phrase!r} is cited at {[b.lines for b in found]}, not at line {line}"
-    return cited[0]
 
 
 def words_on_their_lines(doc, page_lines: list[str], files: dict[str, list[str]]) -> list[str]:
