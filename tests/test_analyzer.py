@@ -119,3 +119,31 @@ def test_chinese_word_frequencies_from_disk_are_wordfreqs():
     for w in words:
         want = max(0.0, math.log10(zh[w]) + 9) if zh.get(w, 0) > 0 else 0.0
         assert zipf(w) == want, w
+
+
+def test_english_word_frequencies_from_disk_are_wordfreqs_zipf_frequency():
+    """A one-token English term is read from the on-disk table (no wordfreq import): the very
+    number wordfreq's ``zipf_frequency`` gives, for its list's top 5,000 and 30,000 other words
+    (all 289k agree; a sample keeps the test short), words joined by
+    underscores (identifiers: one token, mostly unlisted) and unlisted strings; other terms (digits,
+    dots, accents) still go to wordfreq."""
+    import random
+
+    from wordfreq import get_frequency_dict, top_n_list, zipf_frequency
+
+    from kbtool.query import signals
+
+    listed = [w for w in get_frequency_dict("en") if signals._ONE_TOKEN.match(w)]
+    assert len(listed) > 250_000
+    rnd = random.Random(7)
+    listed = listed[:5000] + rnd.sample(listed[5000:], 30_000)
+    top = [w for w in top_n_list("en", 2000) if signals._ONE_TOKEN.match(w)]
+    joined = ["_".join(rnd.sample(top, rnd.randint(2, 3))) for _ in range(2000)]
+    made_up = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rnd.randint(1, 14))) for _ in range(4000)]
+    for w in listed + joined + made_up + ["i", "my", "laptop", "mangum", "add_middleware"]:
+        if signals._ONE_TOKEN.match(w):
+            assert signals.zipf(w) == zipf_frequency(w, "en"), w
+    assert signals.zipf("my") > 6 and signals.zipf("mangum") < 3 and signals.zipf("add_middleware") == 0.0
+    for w in ["0.110", "404", "app.add_middleware", "don't", "café", "_x", "x_"]:
+        assert not signals._ONE_TOKEN.match(w)
+        assert signals.zipf(w) == zipf_frequency(w, "en"), w

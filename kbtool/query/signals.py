@@ -31,6 +31,7 @@ Signals (all numbers, in [0, 1] unless said otherwise):
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,13 +73,32 @@ ZIPF_EVERYDAY = 5.5  # a word at least this frequent in general language carries
 def zipf(term: str) -> float:
     """The term's Zipf frequency in general language (English; Chinese for CJK terms): log10 of
     its occurrences per billion words, 0 when unknown. A CJK term is looked up whole (kbtool has
-    already segmented it) in wordfreq's Chinese list, so wordfreq's own segmenter never loads."""
+    already segmented it) in wordfreq's Chinese list, so wordfreq's own segmenter never loads.
+
+    An English term of letters and underscores (nearly every analysed word: 'laptop', 'fastapi',
+    'add_middleware') is one token to wordfreq, so its ``zipf_frequency`` is the list's entry,
+    rounded as wordfreq rounds: read from the on-disk table, without importing wordfreq (its
+    import and English list cost ~0.2 s of a cold query). Any other term (digits, dots,
+    apostrophes, accents) goes to wordfreq itself. Tests compare the two on every word of the list."""
     if CJK.search(term):
         freq = _frequencies("zh").get(term, 0.0)
         return max(0.0, math.log10(freq) + 9) if freq > 0 else 0.0
+    if _ONE_TOKEN.match(term):
+        return _wordfreq_zipf(_frequencies("en").get(term, 0.0))
     from wordfreq import zipf_frequency
 
     return zipf_frequency(term, "en")
+
+
+_ONE_TOKEN = re.compile(r"[a-z]+(?:_[a-z]+)*\Z")  # one wordfreq token, no digits (wordfreq smashes those)
+
+
+def _wordfreq_zipf(freq: float) -> float:
+    """wordfreq's ``zipf_frequency`` of a one-token word whose list frequency is ``freq`` (0: not
+    listed): the frequency floored at Zipf 0, rounded to 3 significant digits, then to 0.01 Zipf."""
+    unrounded = max(freq, 1e-9)
+    rounded = round(unrounded, math.floor(-math.log(unrounded, 10)) + 3)
+    return round(math.log(rounded, 10) + 9, 2)
 
 
 @lru_cache(maxsize=4)
