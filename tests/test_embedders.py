@@ -88,6 +88,46 @@ def test_onnx_is_the_default_runtime_and_reproduces_sentence_transformers(embedd
     assert (embedder.embed_queries(texts[:1]) @ onnx_vecs[0]).item() == pytest.approx(1.0, abs=1e-5)
 
 
+
+def test_onnx_saves_its_optimised_graph_once_and_gives_the_same_vectors(embedder, tmp_path, monkeypatch):
+    """The first session optimises the export and saves the result beside it; later sessions load
+    that with optimisation off (faster) and give bit-identical vectors; a damaged saved graph is
+    optimised and saved again."""
+    import onnxruntime as ort
+
+    from kbtool.embed.onnx import OnnxRunner
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    shutil.copy(embedder.onnx_path, folder / "model.onnx")
+    loaded: list[str] = []
+    real = ort.InferenceSession
+
+    def spy(path, *a, **kw):
+        loaded.append(Path(path).name)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    texts = ["How long is the refund window in the EU?", "TW-E5120", "出现同步冲突时", "word " * 300]
+    plain = real(str(embedder.onnx_path), providers=["CPUExecutionProvider"])
+    feed = OnnxRunner(folder / "model.onnx", embedder.path, embedder.meta["inputs"])
+    saved = sorted(folder.glob("model.opt-*.onnx"))
+    assert len(saved) == 1 and loaded == ["model.onnx"] and not list(folder.glob(".*tmp"))
+    again = OnnxRunner(folder / "model.onnx", embedder.path, embedder.meta["inputs"])
+    assert loaded == ["model.onnx", saved[0].name]
+    enc = feed.tok.encode_batch(texts)
+    ids = {"input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+           "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
+           "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64)}
+    reference = plain.run(None, {n: ids[n] for n in embedder.meta["inputs"]})[0]
+    assert np.array_equal(feed.run(texts), reference) and np.array_equal(again.run(texts), reference)
+    saved[0].write_bytes(b"not a graph")
+    loaded.clear()
+    mended = OnnxRunner(folder / "model.onnx", embedder.path, embedder.meta["inputs"])
+    assert loaded == [saved[0].name, "model.onnx"] and saved[0].stat().st_size > 1_000_000
+    assert np.array_equal(mended.run(texts), reference)
+
+
 def test_an_export_that_does_not_reproduce_the_vectors_is_refused(tmp_path, monkeypatch, embedder):
     import onnx
 

@@ -57,6 +57,17 @@ AddModelOpt = Annotated[
 ]
 
 
+# Set by a command that only reads (``query``): once its output is written, the process ends
+# without Python's teardown of every module and buffer (~0.13 s of a 1 s cold query).
+QUICK_EXIT = {"on": False}
+
+
+def quick_exit() -> None:
+    """Mark this process's command as one whose exit may skip Python's teardown (``kbtool.cli.main``
+    flushes the output first). Only for commands that write nothing but their output."""
+    QUICK_EXIT["on"] = True
+
+
 def split_add_model(arg: str) -> tuple[str | None, str]:
     """(NAME or None, MODEL) of an --add-model ``[NAME=]MODEL``."""
     import re

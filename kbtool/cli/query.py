@@ -6,7 +6,7 @@ import typer
 
 from . import app
 from ._common import (ContractOpt, JsonOpt, ModelOpt, SetOpt, StoreOpt, contract_line, contract_source, err,
-                      handle_errors, load_contract_opt, open_store, out, print_json, visible)
+                      handle_errors, quick_exit, load_contract_opt, open_store, out, print_json, visible)
 
 
 @app.command()
@@ -36,6 +36,7 @@ def query(
 
     from ..query.preprocess import clean
 
+    quick_exit()
     if (text is None) == (batch is None):
         raise typer.BadParameter("give a question, or --batch FILE, not both" if text is not None
                                  else "give a question (TEXT), or --batch FILE", param_hint="TEXT")
