@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
-from rich.console import Console
 
 from ..errors import EXIT_INTERRUPTED, KbtoolError
 
 
-def _console(stderr: bool = False) -> Console:
+def _console(stderr: bool = False):
     """On a terminal, Rich sizes output to it. Piped or redirected (CI logs, `| cat`, `> out.txt`),
     Rich would assume 80 columns and cut numbers and names: give it the width tables need instead
     ($COLUMNS still wins)."""
     import os
+
+    from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
@@ -27,8 +28,25 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, soft_wrap=True, width=width)
 
 
-out = _console()
-err = _console(stderr=True)
+class _LazyConsole:
+    """The Rich console of stdout or stderr, made on first use: importing Rich costs ~60 ms a
+    command printing JSON (or nothing) never needs. ``real()`` is the console itself (for Rich's
+    own classes, e.g. a progress display)."""
+
+    def __init__(self, stderr: bool):
+        self._stderr, self._made = stderr, None
+
+    def real(self):
+        if self._made is None:
+            self._made = _console(self._stderr)
+        return self._made
+
+    def __getattr__(self, name):
+        return getattr(self.real(), name)
+
+
+out = _LazyConsole(stderr=False)
+err = _LazyConsole(stderr=True)
 
 StoreOpt = Annotated[
     Optional[Path],
@@ -263,7 +281,7 @@ def rich_progress(get_time=None):
             return Text(text, style="progress.remaining")
 
     return Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
-                    EtaColumn(), console=err, transient=False, get_time=get_time)
+                    EtaColumn(), console=err.real(), transient=False, get_time=get_time)
 
 
 from ..progress import PROGRESS_EVERY, RATE_AFTER, STAGE_UNITS, stage_rate  # noqa: E402,F401 (shared with the library)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -633,9 +634,16 @@ def _bm25s():
     hidden = [m for m in ("numba", "scipy", "scipy.sparse") if m not in sys.modules]
     for m in hidden:
         sys.modules[m] = None  # makes `import m` raise ImportError, which bm25s handles
+    # bm25s's own switch for its progress bars (kbtool shows its own): tqdm.auto imports tqdm and
+    # asyncio, ~40 ms of a cold query.
+    quiet = "DISABLE_TQDM" not in os.environ
+    if quiet:
+        os.environ["DISABLE_TQDM"] = "1"
     try:
         import bm25s
     finally:
         for m in hidden:
             sys.modules.pop(m, None)
+        if quiet:
+            os.environ.pop("DISABLE_TQDM", None)
     return bm25s
