@@ -5,7 +5,8 @@
 Each round runs every question once with each tree (``python -m kbtool query Q --store S --json``,
 a whole process each, alternating trees so a busy minute hurts both alike). Reports the median
 and max wall time per tree, the ratio of the medians, and whether both trees gave the same answers
-(the ``--json`` output without its timings). ``--importtime`` adds this tree's heaviest imports of
+(the ``--json`` output without its timings). CPU time (user + system, of the child process) is
+reported beside wall time: on a shared machine it moves less with the neighbours' load. ``--importtime`` adds this tree's heaviest imports of
 one cold query (``python -X importtime``).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,15 +32,19 @@ QUESTIONS = [
 ]
 
 
-def run_query(tree: Path, store: Path, question: str) -> tuple[float, dict]:
+def run_query(tree: Path, store: Path, question: str) -> tuple[float, float, dict]:
+    """(wall seconds, CPU seconds, the comparable answer) of one whole ``kbtool query`` process."""
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kbtool", "query", question, "--store", str(store), "--json"],
                           capture_output=True, text=True, env=env, cwd=tree)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"kbtool query failed in {tree}: {proc.stderr.strip()[-400:]}")
-    return wall, comparable(json.loads(proc.stdout))
+    return wall, cpu, comparable(json.loads(proc.stdout))
 
 
 def comparable(answer: dict) -> dict:
@@ -80,17 +86,21 @@ def main() -> None:
     for tree in trees.values():  # warm the file cache and any one-time cache (optimised graph, tables)
         run_query(tree, args.store, QUESTIONS[0])
     times: dict[str, list[float]] = {k: [] for k in trees}
+    cpus: dict[str, list[float]] = {k: [] for k in trees}
     answers: dict[str, list[dict]] = {k: [] for k in trees}
     for _ in range(args.rounds):
         for q in QUESTIONS:
             for name, tree in trees.items():
-                wall, ans = run_query(tree, args.store, q)
+                wall, cpu, ans = run_query(tree, args.store, q)
                 times[name].append(wall)
+                cpus[name].append(cpu)
                 answers[name].append(ans)
     out = {"store": str(args.store), "runs_per_tree": len(times["this"]),
-           **{name: {"median_s": round(statistics.median(t), 3), "max_s": round(max(t), 3)} for name, t in times.items()}}
+           **{name: {"median_s": round(statistics.median(t), 3), "max_s": round(max(t), 3),
+                     "cpu_median_s": round(statistics.median(cpus[name]), 3)} for name, t in times.items()}}
     if args.baseline:
         out["ratio"] = round(out["this"]["median_s"] / out["baseline"]["median_s"], 3)
+        out["cpu_ratio"] = round(out["this"]["cpu_median_s"] / out["baseline"]["cpu_median_s"], 3)
         out["same_answers"] = answers["this"] == answers["baseline"]
         if not out["same_answers"]:
             out["differing"] = [QUESTIONS[i % len(QUESTIONS)] for i, (a, b) in

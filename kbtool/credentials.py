@@ -5,7 +5,12 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+import sys
+import types
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Sequence
 
@@ -105,14 +110,48 @@ _ARMOUR = re.compile(r"-{4,} ?$")  # the dashes before BEGIN (-----BEGIN, SSH2's
 _ARMOUR_END = re.compile(r" ?-{4,}")  # ... and after END's words
 
 
+class _OnDemand(types.ModuleType):
+    """Stands for a module that is imported only when one of its attributes is first read (then it
+    is the real one, in ``sys.modules`` too, and every read is passed on to it)."""
+
+    def __getattr__(self, name: str):
+        real = self.__dict__.get("_real")
+        if real is None:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+            self.__dict__["_real"] = real
+        return getattr(real, name)
+
+
+@contextmanager
+def _requests_on_demand():
+    """While detect-secrets' plugins are imported, ``import requests`` gives an ``_OnDemand``
+    stand-in (unless requests is already imported): their modules import it at the top but use it
+    only inside their ``verify`` functions."""
+    if "requests" in sys.modules:
+        yield
+        return
+    stand_in = _OnDemand("requests")
+    stand_in.__spec__ = importlib.util.find_spec("requests")
+    sys.modules["requests"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("requests") is stand_in:
+            del sys.modules["requests"]
+
+
 @lru_cache(maxsize=1)
 def _plugins():
     """(token plugins as [(strings, [(regex, check)])], the private-key, keyword and basic-auth
     plugins, the keyword plugin's key words), made once: importing detect-secrets (and requests)
-    costs ~0.13 s, paid on first use."""
-    from detect_secrets.plugins import (aws, azure_storage_key, basic_auth, github_token, gitlab_token, jwt, keyword,
-                                        mailchimp, npm, openai, private_key, pypi_token, sendgrid, slack, square_oauth,
-                                        stripe, twilio)
+    costs ~0.13 s, paid on first use; of that, ~65 ms is ``requests``, which the plugins need only
+    to verify a secret against its service, something kbtool never asks: ``_requests_on_demand``)."""
+    with _requests_on_demand():
+        from detect_secrets.plugins import (aws, azure_storage_key, basic_auth, github_token, gitlab_token, jwt,
+                                            keyword, mailchimp, npm, openai, private_key, pypi_token, sendgrid, slack,
+                                            square_oauth, stripe, twilio)
 
     # Formats of service tokens: each plugin's ``denylist`` regexes say where a token is (its
     # ``analyze_string`` says only what; kbtool redacts the span). A pattern that starts with a

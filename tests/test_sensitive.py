@@ -5,6 +5,8 @@ and count only."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -435,3 +437,21 @@ def test_an_env_style_secret_assignment_is_redacted():
 def test_a_quoted_passphrase_with_spaces_is_redacted():
     got = _scan('db:\n  password: "correct horse battery staple"\n')
     assert "correct horse battery staple" not in got
+
+
+def test_detect_secrets_plugins_work_without_importing_requests():
+    """detect-secrets' plugins import ``requests`` only to verify secrets online: a stand-in is
+    imported in its place, and turns into the real module when one of its attributes is read."""
+    code = (
+        "import sys\n"
+        "from kbtool.credentials import credential_spans\n"
+        "spans = credential_spans(\"password = 'hunter2hunter2'  AKIAIOSFODNN7EXAMPLE\")\n"
+        "assert spans == ((12, 26), (29, 49)), spans\n"
+        "assert 'requests' not in sys.modules and 'urllib3' not in sys.modules\n"
+        "import detect_secrets.plugins.base as base\n"
+        "assert base.requests.exceptions.RequestException.__module__ == 'requests.exceptions'\n"
+        "import requests\n"
+        "assert type(requests).__name__ == 'module' and 'urllib3' in sys.modules\n"
+        "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

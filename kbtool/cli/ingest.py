@@ -5,7 +5,7 @@ from typing import Annotated, List, Optional, Tuple
 
 import typer
 
-from ..ingestion.parse import size_limits_text
+from ..ingestion.limits import size_limits_text
 from . import app
 from ._common import (AddModelOpt, ChromaCollectionOpt, ChromaDatabaseOpt, ChromaTenantOpt, ChromaUrlOpt, chroma_options, ContractOpt, JsonOpt, InputTypeOpt, MaxTokensOpt, ModelOpt, PassagePrefixOpt, QueryPrefixOpt, TokenizerOpt, QuietOpt, StemmerOpt, StoreOpt, WaitOpt, split_add_model, writer_settings, err, handle_errors, open_store, out, parse_pairs,
                       print_json, progress_bars)

@@ -44,8 +44,6 @@ def contract_source(source: str | Path | None, contract: "Contract") -> dict:
 def load_contract(path: str | Path | None = None, overrides: list[str] | None = None, *,
                   search: bool = True) -> Contract:
     """Load and validate a contract file (or the default), then apply ``a.b=c`` overrides."""
-    import yaml
-
     source = find_contract(path) if search else (Path(path) if path else None)
     if source is None:
         data: dict = default_contract().to_dict()
@@ -63,6 +61,8 @@ def load_contract(path: str | Path | None = None, overrides: list[str] | None = 
             raise ContractError(f"{source}: no such contract file (create one with `kbtool contract init`)") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ContractError(f"{source}: cannot read it ({exc})") from None
+        import yaml  # only for a file: the built-in contract's query never imports it
+
         try:
             data = yaml.load(text, Loader=_strict_loader(source))  # noqa: S506 (a SafeLoader)
         except RecursionError:
