@@ -259,17 +259,20 @@ class CatalogVectors:
 
     def search(self, vectors, depth: int, doc_ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
         ids, docs, m = self._matrix()
-        wanted = None if doc_ids is None else set(doc_ids)
-        keep = np.array([i for i, d in enumerate(docs) if wanted is None or d in wanted], dtype=int)
-        searched = m[keep] if len(keep) else m  # the rows of the permitted documents, taken once
+        if doc_ids is None:
+            keep, searched = np.arange(len(ids)), m
+        else:  # the rows of the permitted documents, taken once
+            wanted = set(doc_ids)
+            keep = np.array([i for i, d in enumerate(docs) if d in wanted], dtype=int)
+            searched = m[keep] if len(keep) else m
         out = []
         for q in np.asarray(vectors, dtype=np.float32):
             if not len(keep):
                 out.append([])
                 continue
             scores = searched @ (q / max(float(np.linalg.norm(q)), 1e-12))
-            best = np.argsort(-scores, kind="stable")[:depth]
-            out.append(sorted(((ids[keep[i]], float(scores[i])) for i in best), key=lambda x: (-x[1], x[0])))
+            out.append(sorted(((ids[keep[i]], float(scores[i])) for i in _top(scores, depth)),
+                              key=lambda x: (-x[1], x[0])))
         return out
 
     def verify(self, wanted: dict[str, str], dim: int | None) -> dict:
@@ -284,6 +287,17 @@ class CatalogVectors:
 
     def drop(self) -> None:
         raise self._on_write()
+
+
+def _top(scores: np.ndarray, depth: int) -> np.ndarray:
+    """Rows of the ``depth`` best scores, best first, ties by row (as a stable sort of all of them,
+    without sorting all of them: every row tied with the depth-th score is kept until the sort)."""
+    if len(scores) > depth:
+        part = np.argpartition(-scores, depth - 1)[:depth]
+        rows = np.flatnonzero(scores >= scores[part].min())
+    else:
+        rows = np.arange(len(scores))
+    return rows[np.lexsort((rows, -scores[rows]))][:depth]
 
 
 _CLIENTS = threading.Lock()
