@@ -80,16 +80,20 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout of kbtool to pair against")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--importtime", action="store_true")
+    ap.add_argument("-q", "--question", action="append", help="a question to ask (repeatable; default: five "
+                    "English questions about FastAPI's docs)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    args.store = args.store.resolve()
+    questions = args.question or QUESTIONS
     trees = {"this": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
     for tree in trees.values():  # warm the file cache and any one-time cache (optimised graph, tables)
-        run_query(tree, args.store, QUESTIONS[0])
+        run_query(tree, args.store, questions[0])
     times: dict[str, list[float]] = {k: [] for k in trees}
     cpus: dict[str, list[float]] = {k: [] for k in trees}
     answers: dict[str, list[dict]] = {k: [] for k in trees}
     for _ in range(args.rounds):
-        for q in QUESTIONS:
+        for q in questions:
             for name, tree in trees.items():
                 wall, cpu, ans = run_query(tree, args.store, q)
                 times[name].append(wall)
@@ -103,10 +107,10 @@ def main() -> None:
         out["cpu_ratio"] = round(out["this"]["cpu_median_s"] / out["baseline"]["cpu_median_s"], 3)
         out["same_answers"] = answers["this"] == answers["baseline"]
         if not out["same_answers"]:
-            out["differing"] = [QUESTIONS[i % len(QUESTIONS)] for i, (a, b) in
+            out["differing"] = [questions[i % len(questions)] for i, (a, b) in
                                 enumerate(zip(answers["this"], answers["baseline"])) if a != b][:5]
     if args.importtime:
-        out["imports_ms"] = dict(import_costs(args.store, QUESTIONS[0]))
+        out["imports_ms"] = dict(import_costs(args.store, questions[0]))
     print(json.dumps(out, indent=2))
 
 
