@@ -2,6 +2,7 @@
 against exact search, warm and cold query latency, retrieval quality.
 
     make bench            # or: .venv/bin/python bench/run.py [--dataset DIR]
+    .venv/bin/python bench/run.py --only core          # Cranfield: ingest vs raw encode, recall, eval, warm/cold query
     .venv/bin/python bench/run.py --only large-files   # parse time and peak RSS of big files alone
     .venv/bin/python bench/run.py --only rerank        # rerank stage latency per backend, sample corpus
     .venv/bin/python bench/run.py --only models        # one embedding model against two (use-m added)
@@ -562,14 +563,14 @@ def serve_markdown(r: dict) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "cranfield"))
-    ap.add_argument("--only", choices=["large-files", "rerank", "models", "serve", "scale", "postprocess", "chinese"], help="run one part alone, merged into the results")
+    ap.add_argument("--only", choices=["core", "large-files", "rerank", "models", "serve", "scale", "postprocess", "chinese"], help="run one part alone, merged into the results (core: the Cranfield ingest against the raw encode, HNSW recall, eval, warm and cold query)")
     ap.add_argument("--parse-worker", help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.parse_worker:
         parse_worker(args.parse_worker, args.before)
         return
-    if args.only:
+    if args.only and args.only != "core":
         part, key = {"large-files": (large_files, "large_files"), "rerank": (rerank_bench, "rerank"),
                      "models": (models_bench, "models"), "serve": (serve_bench, "serve"),
                      "scale": (scale_and_serve, "scale"),
@@ -714,11 +715,15 @@ def main() -> None:
         times.append(time.perf_counter() - t)
     results["help_cli_s"] = round(float(np.median(times)), 2)
     results["query_cold_imports_ms"] = import_costs(kbtool, queries[0], store_dir)
-    large_files(results)
-    rerank_bench(results)
-    postprocess_bench(results)
-    models_bench(results)
-    scale_and_serve(results)
+    if args.only == "core":  # the other parts' results stay as the last full run left them
+        earlier = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").exists() else {}
+        results = {**earlier, **results}
+    else:
+        large_files(results)
+        rerank_bench(results)
+        postprocess_bench(results)
+        models_bench(results)
+        scale_and_serve(results)
 
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,3 +134,20 @@ def test_report_html_counts_agree_with_the_terminal(sample_store, tmp_path):
         assert f"<tr><td>{tag}</td><td>{data['by_tag'][tag]['answerable']}</td>" in html, tag
     r = data["by_tag"]["unanswerable"]["refusal"]["contract"]
     assert f"{r['correctly_refused']}/{r['unanswerable']} refused" in html
+
+
+def test_query_ends_its_process_at_once_without_losing_output(sample_store, tmp_path):
+    """`query` skips Python's teardown at exit (os._exit): every answer of a batch still reaches a
+    pipe, every trace record its file, and errors keep their exit code."""
+    questions = [json.loads(x)["question"] for x in (ROOT / "eval_sets" / "sample.jsonl").read_text("utf-8").splitlines()
+                 if x.strip()][:40]
+    trace = tmp_path / "trace.jsonl"
+    proc = subprocess.run(KBTOOL + ["query", "--batch", "-", "--store", str(sample_store.path), "--trace", str(trace)],
+                          input="\n".join(questions) + "\n", capture_output=True, text=True, env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answers = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert len(answers) == len(questions) and all("decision" in a for a in answers)
+    assert len([json.loads(line) for line in trace.read_text().splitlines()]) == len(questions)
+    bad = subprocess.run(KBTOOL + ["query", "x", "--store", str(tmp_path / "none")], capture_output=True, text=True,
+                         env=_env(), timeout=300)
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: no kbtool store")
