@@ -91,6 +91,26 @@ MIGRATIONS: list[tuple[str, str]] = [
         "ALTER TABLE documents ADD COLUMN kept REAL;"
         "ALTER TABLE documents ADD COLUMN kept_missing TEXT",
     ),
+    (
+        "0006_vector_record",
+        # What each vector collection holds (``held.py``): its chunk ids and the index hash each was
+        # written with, and one state row per dense retriever: the collection's identity, the catalog
+        # generation it was written at, and whether it is clean (dirty: a vector write may have run).
+        """
+        CREATE TABLE vector_record (
+            retriever TEXT NOT NULL,
+            chunk_id TEXT NOT NULL,
+            index_hash TEXT NOT NULL,
+            PRIMARY KEY (retriever, chunk_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE vector_record_state (
+            retriever TEXT PRIMARY KEY,
+            identity TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            clean INTEGER NOT NULL
+        )
+        """,
+    ),
 ]
 
 
@@ -471,6 +491,49 @@ class Catalog:
             for part in _batches(chunk_ids):
                 rows += self.db.execute(q + f" WHERE c.chunk_id IN ({_marks(len(part))})", [key, *part]).fetchall()
         return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+    # ---- the record of what each vector collection holds (held.py) -----------------------
+    def vector_record_state(self, retriever: str) -> dict | None:
+        """{identity, generation, clean} of dense retriever ``retriever``'s record, None if it has none."""
+        row = self.db.execute("SELECT identity, generation, clean FROM vector_record_state WHERE retriever=?",
+                              (retriever,)).fetchone()
+        return None if row is None else {"identity": row[0], "generation": row[1], "clean": bool(row[2])}
+
+    def vector_record(self, retriever: str) -> dict[str, str]:
+        """chunk_id -> index hash the record of ``retriever`` lists."""
+        return dict(self.db.execute("SELECT chunk_id, index_hash FROM vector_record WHERE retriever=?", (retriever,)))
+
+    def mark_vector_record_dirty(self, retriever: str) -> None:
+        """Before a vector write: the record of ``retriever`` no longer vouches for its collection. Synced
+        to disk before the write (SQLite's ``synchronous=FULL`` for this commit)."""
+        db = self.db
+        db.execute("PRAGMA synchronous = FULL")
+        try:
+            with self.transaction() as tx:
+                tx.execute("UPDATE vector_record_state SET clean = 0 WHERE retriever=?", (retriever,))
+        finally:
+            db.execute("PRAGMA synchronous = NORMAL")
+
+    def write_vector_record(self, retriever: str, identity: str, generation: int, *, rows: dict[str, str] | None = None,
+                            deleted: Iterable[str] = (), upserted: dict[str, str] | None = None) -> None:
+        """In one transaction: the record of ``retriever`` becomes ``rows`` (all of it), or loses
+        ``deleted`` and gains ``upserted``; it is clean, written at ``generation``."""
+        with self.transaction() as db:
+            if rows is not None:
+                db.execute("DELETE FROM vector_record WHERE retriever=?", (retriever,))
+                upserted = rows
+            db.executemany("DELETE FROM vector_record WHERE retriever=? AND chunk_id=?",
+                           ((retriever, c) for c in deleted))
+            db.executemany("INSERT OR REPLACE INTO vector_record (retriever, chunk_id, index_hash) VALUES (?,?,?)",
+                           ((retriever, c, h) for c, h in (upserted or {}).items()))
+            db.execute("INSERT OR REPLACE INTO vector_record_state (retriever, identity, generation, clean)"
+                       " VALUES (?,?,?,1)", (retriever, identity, generation))
+
+    def forget_vector_record(self, retriever: str) -> None:
+        """The record of ``retriever`` is gone (its collection is being dropped)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM vector_record_state WHERE retriever=?", (retriever,))
+            db.execute("DELETE FROM vector_record WHERE retriever=?", (retriever,))
 
     # ---- status --------------------------------------------------------------------------
     def counts(self, max_tokens: int) -> dict:
