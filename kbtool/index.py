@@ -121,8 +121,10 @@ def _sync_vectors(store, name: str, embedder, job: _Job) -> bool:
     rows, wanted, report, progress, rebuild = job.rows, job.wanted, job.report, job.progress, job.rebuild
     index_ = store.vectors_for(name)
     existing, from_record = held.read(store, name, job.verify)
-    to_delete = [cid for cid in existing if cid not in wanted]
-    todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
+    to_delete, todo = _diff(existing, rows, wanted)
+    if from_record and (to_delete or todo) and not held.confirm(store, name, existing):
+        existing, from_record = held.read(store, name, verify=True)  # the record was wrong: list
+        to_delete, todo = _diff(existing, rows, wanted)
     # A rebuild re-embeds everything: what a model name or folder serves may have changed.
     key = embedder.spec.cache_key
     vectors = {} if rebuild else store.cached_vectors(key, {r["content_hash"] for r in todo})
@@ -154,6 +156,12 @@ def _sync_vectors(store, name: str, embedder, job: _Job) -> bool:
         emb["runtime"] = bulk.runtime
     store.record_embedding(name, emb)
     return bool(todo or to_delete)
+
+
+def _diff(existing: dict[str, str], rows, wanted: dict[str, str]) -> tuple[list[str], list]:
+    """(ids to delete, rows to write) that bring an index holding ``existing`` to ``wanted``."""
+    return ([cid for cid in existing if cid not in wanted],
+            [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]])
 
 
 def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: IndexReport, progress,

@@ -111,6 +111,21 @@ def test_a_record_claiming_more_than_chroma_holds_is_not_trusted(tmp_path, fake_
     _in_line(store.path, fake_embedder)
 
 
+def test_a_chroma_database_replaced_behind_the_record_is_listed(tmp_path, fake_embedder, no_listing):
+    import shutil
+
+    store = _store(tmp_path, fake_embedder)
+    db = store.path / "chroma" / "chroma.sqlite3"
+    shutil.copy2(db, db.with_name("copy"))  # a restore from a backup: the same name, another file
+    db.with_name("copy").replace(db)
+    no_listing.clear()
+    index(Store.open(store.path), embedder=fake_embedder)
+    assert no_listing == ["chunks"]
+    index(Store.open(store.path), embedder=fake_embedder)
+    assert no_listing == ["chunks"]  # recorded again, with the new file
+    _in_line(store.path, fake_embedder)
+
+
 def _lie(store) -> tuple[str, str]:
     """Behind the record's back: one chunk's vector deleted from Chroma and a ghost written in its
     place (the count stays); returns (missing chunk, ghost id)."""

@@ -11,11 +11,13 @@ rolls back to the state before it), a one-file change writes its few rows instea
 
 The record only ever claims what the collection holds. Before any vector write it is marked dirty
 (synced to disk first), after the write it is rewritten clean. A sync trusts it only when it is
-clean, of the same engine, collection and model, written at the generation the manifest says the
-retriever indexed, and the collection is there and counts as many vectors as the record lists.
-Anything else — a kill between the dirty mark and the clean record, a store written before the
-record, a rebuild, a dropped model, a deleted ``chroma/`` — lists the collection (what ``doctor``
-and ``index --verify`` always do) and rewrites the record from what it holds.
+clean, of the same engine, collection, model and Chroma database file (``chroma/chroma.sqlite3``:
+a folder deleted, restored from a backup or copied makes a new file), written at the generation the
+manifest says the retriever indexed, and — before a sync writes anything from it — the collection
+counts as many vectors as the record lists (a sync with nothing to write never opens Chroma:
+importing chromadb and starting its client is a second). Anything else — a kill between the dirty
+mark and the clean record, a store written before the record, a rebuild, a dropped model — lists
+the collection (what ``doctor`` and ``index --verify`` always do) and rewrites the record from it.
 
 A Chroma server's collections are always listed and never recorded: another client (a copy of the
 store elsewhere, another tool) may write them, and no local record would see that.
@@ -34,8 +36,13 @@ def recorded(store, name: str) -> bool:
 
 
 def identity(store, name: str) -> str:
-    """What the record is of: the engine, the collection, the model whose vectors it holds."""
-    return json.dumps({"engine": "chroma", "collection": collection_name(name),
+    """What the record is of: the engine, the collection, the model whose vectors it holds, and the
+    Chroma database file (its inode: Chroma rewrites the file's time whenever it opens it)."""
+    try:
+        inode = (store.path / "chroma" / "chroma.sqlite3").stat().st_ino
+    except OSError:
+        inode = None
+    return json.dumps({"engine": "chroma", "collection": collection_name(name), "file": inode,
                        "model": store.embedding_spec(name).cache_key}, sort_keys=True)
 
 
@@ -52,11 +59,7 @@ def trusted(store, name: str) -> dict[str, str] | None:
     if (state is None or not state["clean"] or state["identity"] != identity(store, name)
             or state["generation"] != indexed_generation(store, name)):
         return None
-    index_ = store.vectors_for(name)
-    rows = store.catalog.vector_record(name)
-    if not index_.exists() or index_.count() != len(rows):  # a deleted chroma/, a collection written behind it
-        return None
-    return rows
+    return store.catalog.vector_record(name) if store.vectors_for(name).exists() else None
 
 
 def read(store, name: str, verify: bool = False) -> tuple[dict[str, str], bool]:
@@ -66,6 +69,12 @@ def read(store, name: str, verify: bool = False) -> tuple[dict[str, str], bool]:
     if rows is not None:
         return rows, True
     return store.vectors_for(name).indexed(), False
+
+
+def confirm(store, name: str, held: dict[str, str]) -> bool:
+    """Before a sync writes from the record: whether the collection counts what the record lists
+    (a record that claims a vector Chroma lacks, a collection written behind its back)."""
+    return store.vectors_for(name).count() == len(held)
 
 
 def before_write(store, name: str) -> None:
