@@ -22,6 +22,7 @@ from .document import embed_text
 from .store import held
 from .store import manifest as mf
 from .store.bm25 import BM25Index
+from .store.vectors import index_hash
 
 Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
 _EMBED_COMMIT = 256  # vectors per embedding-cache commit
@@ -86,7 +87,8 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
     generation = store.generation()
     rows = store.chunks_for_index()
     report.chunks = len(rows)
-    wanted = store.index_targets()
+    # What both indexes must hold (``store.index_targets()``), from the rows just read: not read twice.
+    wanted = {r["chunk_id"]: index_hash(r["content_hash"], r["meta"]) for r in rows}
     job = _Job(rows, wanted, generation, report, progress, rebuild, verify)
     _sync_vectors(store, "dense", embedder, job)
     report.bm25_rebuilt, report.bm25_delta = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))
@@ -134,7 +136,8 @@ def _sync_vectors(store, name: str, embedder, job: _Job) -> bool:
     bulk = _embed_missing(store, name, embedder, todo, vectors, report, progress, stage)
     if todo or to_delete:
         held.before_write(store, name)  # dirty until the record below: a kill in between lists the collection
-    index_.delete(to_delete)
+    if to_delete:  # nothing to delete opens no Chroma client (a second: chromadb's import and start)
+        index_.delete(to_delete)
     report.deleted += len(to_delete)
     if todo:
         index_.upsert([r["chunk_id"] for r in todo],
