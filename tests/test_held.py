@@ -77,8 +77,10 @@ def test_an_unchanged_and_a_one_file_sync_never_list_chroma(tmp_path, fake_embed
     (tmp_path / "d" / "gone.md").unlink()
     rep = ingest(store, [tmp_path / "d"], embedder=fake_embedder)  # one file changed, one removed
     assert rep.index.upserted == 1 and rep.index.deleted == 1
-    r = index(store, embedder=fake_embedder)  # a plain index of a current store
+    fresh = Store.open(store.path)
+    r = index(fresh, embedder=fake_embedder)  # a plain index of a current store
     assert r.upserted == r.deleted == 0
+    assert fresh.vectors._client is None  # not even opened: a Chroma client costs a second at start
     assert no_listing == []  # the record answered every time
     _in_line(store.path, fake_embedder)
     index(store, embedder=fake_embedder, rebuild=True)  # drops the collection and its record: listed (empty)
