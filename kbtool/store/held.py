@@ -92,7 +92,8 @@ def after_write(store, name: str, generation: int, held: dict[str, str], from_re
         return
     ident = identity(store, name)
     if not from_record:
-        rows = {c: h for c, h in held.items() if c not in set(deleted)}
+        gone = set(deleted)
+        rows = {c: h for c, h in held.items() if c not in gone}
         store.catalog.write_vector_record(name, ident, generation, rows={**rows, **upserted})
         return
     state = store.catalog.vector_record_state(name) or {}
