@@ -90,12 +90,13 @@ def test_an_unchanged_and_a_one_file_sync_never_list_chroma(tmp_path, fake_embed
 def test_a_store_without_a_record_lists_chroma_once_then_keeps_one(tmp_path, fake_embedder, no_listing):
     store = _store(tmp_path, fake_embedder)
     store.close()
-    db = sqlite3.connect(store.path / "catalog.sqlite3")  # as kbtool wrote it before the record (schema 5)
-    db.executescript("DROP TABLE vector_record; DROP TABLE vector_record_state; PRAGMA user_version = 5;")
+    db = sqlite3.connect(store.path / "catalog.sqlite3")  # as kbtool wrote it before the record
+    db.executescript("DROP TABLE vector_record; DROP TABLE vector_record_state;")
     db.close()
     no_listing.clear()
-    old = Store.open(store.path)  # migrated: an empty record
-    assert old.catalog.vector_record_state("dense") is None and old.is_indexed()
+    old = Store.open(store.path)
+    assert old.catalog.vector_record_state("dense") is None and old.catalog.vector_record("dense") == {}
+    assert old.is_indexed() and old.status()["indexes_current"]
     ingest(old, [tmp_path / "d"], embedder=fake_embedder)
     assert no_listing == ["chunks"]
     ingest(old, [tmp_path / "d"], embedder=fake_embedder)

@@ -4,8 +4,8 @@ of a 7.1 s unchanged re-ingest.
 
 Per dense retriever (``dense``, ``dense:NAME``): the chunk ids its collection holds and the index
 hash each was written with, the collection's identity (engine, collection, model) and the catalog
-generation it was written at. It is kept in the catalog (two tables, ``catalog.py``), not in a file
-beside Chroma: one SQLite transaction writes the rows and the state together (a kill mid-write
+generation it was written at. It is kept in the catalog (two tables the first writer makes,
+``catalog.py``), not in a file beside Chroma: one SQLite transaction writes the rows and the state together (a kill mid-write
 rolls back to the state before it), a one-file change writes its few rows instead of rewriting a
 6 MB file, and the catalog's own generation is read from the same database.
 
@@ -16,7 +16,8 @@ a folder deleted, restored from a backup or copied makes a new file), written at
 manifest says the retriever indexed, and — before a sync writes anything from it — the collection
 counts as many vectors as the record lists (a sync with nothing to write never opens Chroma:
 importing chromadb and starting its client is a second). Anything else — a kill between the dirty
-mark and the clean record, a store written before the record, a rebuild, a dropped model — lists
+mark and the clean record, a store written before the record (or since by an older kbtool, which
+moves the manifest's generation on), a rebuild, a dropped model — lists
 the collection (what ``doctor`` and ``index --verify`` always do) and rewrites the record from it.
 
 A Chroma server's collections are always listed and never recorded: another client (a copy of the
