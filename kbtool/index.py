@@ -19,8 +19,10 @@ import numpy as np
 
 from .chunk import chunk, store_params
 from .document import embed_text
+from .store import held
 from .store import manifest as mf
 from .store.bm25 import BM25Index
+from .store.vectors import index_hash
 
 Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
 _EMBED_COMMIT = 256  # vectors per embedding-cache commit
@@ -41,12 +43,13 @@ class IndexReport:
 
 
 def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | bool | None = None,
-          models: dict | None = None) -> IndexReport:
+          models: dict | None = None, verify: bool = False) -> IndexReport:
     """Chunk documents that have no chunks yet (e.g. after ``--parse-only``, or left by an
     interrupted chunking: with the parameters it recorded, never mixed sizes), then sync every index.
     ``models``: loaded embedders of further dense retrievers by name (``dense:NAME``); the others
     are loaded as needed. ``progress``: a callback ``(stage, advance, total)``, or True for plain
-    progress lines on standard error."""
+    progress lines on standard error. ``verify``: list what each vector collection holds instead of
+    trusting its record (``store.held``), and repair what differs (``index --verify``, ``doctor --repair``)."""
     from .embed import load_embedder
     from .progress import resolve
 
@@ -57,55 +60,73 @@ def index(store, *, embedder=None, rebuild: bool = False, progress: Progress | b
         params = store_params(store)
         if store.documents_to_chunk(params):
             chunk(store, params, embedder=embedder, progress=progress)
-        return sync(store, embedder, progress=progress, rebuild=rebuild, models=models)
+        return sync(store, embedder, progress=progress, rebuild=rebuild, models=models, verify=verify)
 
 
 def repair(store, embedder=None) -> dict:
     """What ``doctor --repair`` does: bring every index in line with the catalog (cached vectors
-    re-used); the catalog's documents are never touched."""
-    return index(store, embedder=embedder).to_dict()
+    re-used, each collection listed, not taken from its record); the catalog's documents are never touched."""
+    return index(store, embedder=embedder, verify=True).to_dict()
 
 
 def sync(store, embedder, progress: Progress | None = None, rebuild: bool = False,
-         models: dict | None = None) -> IndexReport:
+         models: dict | None = None, verify: bool = False) -> IndexReport:
     """Make every vector index and BM25 hold exactly the catalog's chunks, embedding only what is new.
     Call under ``store.writing()``. ``progress("embedding", advance, total)`` as vectors are made
     (``embedding dense:NAME`` for a further model). Each model's index records the generation it
-    holds only once its vectors are written: a kill at any point leaves it behind, never current."""
+    holds only once its vectors are written: a kill at any point leaves it behind, never current.
+    What each collection holds is taken from its record (``store.held``) unless ``verify``."""
     from .embed import load_embedder
 
     if rebuild:
         # Mark the indexes stale first: an interrupted rebuild must not look current.
         store.mark_stale(embedder.spec)
-        store.vectors.drop()
+        store.drop_vectors("dense")
     store.check_model(embedder.spec)
     report = IndexReport()
     generation = store.generation()
     rows = store.chunks_for_index()
     report.chunks = len(rows)
-    wanted = store.index_targets()
-    _sync_vectors(store, "dense", embedder, rows, wanted, report, progress, rebuild)
+    # What both indexes must hold (``store.index_targets()``), from the rows just read: not read twice.
+    wanted = {r["chunk_id"]: index_hash(r["content_hash"], r["meta"]) for r in rows}
+    job = _Job(rows, wanted, generation, report, progress, rebuild, verify)
+    _sync_vectors(store, "dense", embedder, job)
     report.bm25_rebuilt, report.bm25_delta = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))
     store.mark_indexed(generation)
     for name in store.dense_retrievers()[1:]:
         other = (models or {}).get(name) or load_embedder(store.embedding_spec(name))
         if rebuild:
-            store.vectors_for(name).drop()
+            store.drop_vectors(name)
         store.check_model(other.spec, name)
-        _sync_vectors(store, name, other, rows, wanted, report, progress, rebuild)
+        _sync_vectors(store, name, other, job)
         store.mark_indexed(generation, name)
     return report
 
 
-def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], report: IndexReport, progress,
-                  rebuild: bool) -> bool:
-    """Bring dense retriever ``name``'s vector index in line with ``wanted`` (chunk id -> index hash),
-    embedding what neither it nor the embedding cache holds; records the model's width, limit and
-    runtime. True if anything was written or deleted."""
+@dataclass
+class _Job:
+    """What one sync brings each vector index to: the catalog's chunks at ``generation``."""
+    rows: list
+    wanted: dict[str, str]  # chunk id -> index hash
+    generation: int
+    report: IndexReport
+    progress: Progress | None
+    rebuild: bool
+    verify: bool
+
+
+def _sync_vectors(store, name: str, embedder, job: _Job) -> bool:
+    """Bring dense retriever ``name``'s vector index in line with the catalog's chunks (chunk id ->
+    index hash), embedding what neither it nor the embedding cache holds; what it holds is its record's
+    word (``store.held``) unless ``job.verify``, and the record follows every write. Records the model's
+    width, limit and runtime. True if anything was written or deleted."""
+    rows, wanted, report, progress, rebuild = job.rows, job.wanted, job.report, job.progress, job.rebuild
     index_ = store.vectors_for(name)
-    existing = index_.indexed()
-    to_delete = [cid for cid in existing if cid not in wanted]
-    todo = [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]]
+    existing, from_record = held.read(store, name, job.verify)
+    to_delete, todo = _diff(existing, rows, wanted)
+    if from_record and (to_delete or todo) and not held.confirm(store, name, existing):
+        existing, from_record = held.read(store, name, verify=True)  # the record was wrong: list
+        to_delete, todo = _diff(existing, rows, wanted)
     # A rebuild re-embeds everything: what a model name or folder serves may have changed.
     key = embedder.spec.cache_key
     vectors = {} if rebuild else store.cached_vectors(key, {r["content_hash"] for r in todo})
@@ -113,26 +134,37 @@ def _sync_vectors(store, name: str, embedder, rows, wanted: dict[str, str], repo
     stage = "embedding" if name == "dense" else f"embedding {name}"
     embedded_before = report.embedded
     bulk = _embed_missing(store, name, embedder, todo, vectors, report, progress, stage)
-    index_.delete(to_delete)
+    if todo or to_delete:
+        held.before_write(store, name)  # dirty until the record below: a kill in between lists the collection
+    if to_delete:  # nothing to delete opens no Chroma client (a second: chromadb's import and start)
+        index_.delete(to_delete)
     report.deleted += len(to_delete)
     if todo:
         index_.upsert([r["chunk_id"] for r in todo],
                       np.stack([vectors[r["content_hash"]] for r in todo]).astype(np.float32),
                       [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in todo])
     report.upserted += len(todo)
+    held.after_write(store, name, job.generation, existing, from_record, to_delete,
+                     {r["chunk_id"]: wanted[r["chunk_id"]] for r in todo})
     emb = embedder.spec.to_manifest()  # the same identity (checked); the URL may have moved
     if vectors:
         emb["dim"] = int(next(iter(vectors.values())).shape[0])
     elif store.model_record(name).get("dim") is None and existing:  # a rebuild killed after forgetting the width: the index has it
         kept = [c for c in existing if c in wanted][:1]
-        held = index_.get(kept) if kept else {}
-        if held:
-            emb["dim"] = int(len(next(iter(held.values()))))
+        sample = index_.get(kept) if kept else {}
+        if sample:
+            emb["dim"] = int(len(next(iter(sample.values()))))
     emb["max_tokens"] = embedder.max_tokens
     if report.embedded > embedded_before:
         emb["runtime"] = bulk.runtime
     store.record_embedding(name, emb)
     return bool(todo or to_delete)
+
+
+def _diff(existing: dict[str, str], rows, wanted: dict[str, str]) -> tuple[list[str], list]:
+    """(ids to delete, rows to write) that bring an index holding ``existing`` to ``wanted``."""
+    return ([cid for cid in existing if cid not in wanted],
+            [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]])
 
 
 def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: IndexReport, progress,

@@ -48,7 +48,7 @@ def doctor(
         if repaired is not None:
             err.print(f"repaired: {repaired}", highlight=False, markup=False)
         if not ok and not repair:
-            err.print("run `kbtool doctor --repair` (or `kbtool index`) to bring the indexes in line", highlight=False,
+            err.print("run `kbtool doctor --repair` (or `kbtool index --verify`) to bring the indexes in line", highlight=False,
                       markup=False)
     if not ok:
         raise typer.Exit(1)

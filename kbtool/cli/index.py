@@ -18,6 +18,7 @@ def index(
     tokenizer: TokenizerOpt = None,
     input_type: InputTypeOpt = False,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Re-embed everything (required to switch --model or prefixes).")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="List what Chroma holds instead of trusting the store's record of it, and repair what differs.")] = False,
     stemmer: StemmerOpt = None,
     add_model: AddModelOpt = None,
     drop_model: Annotated[Optional[List[str]], typer.Option("--drop-model", metavar="NAME", help="Remove retriever dense:NAME and its vectors (repeatable).")] = None,
@@ -47,7 +48,7 @@ def index(
     added = add_models(kb, add_model)
     embedder = load_embedder(spec or kb.embedding_spec())
     with progress_bars(quiet) as progress:
-        report = run_index(kb, embedder=embedder, rebuild=rebuild, progress=progress)
+        report = run_index(kb, embedder=embedder, rebuild=rebuild, progress=progress, verify=verify)
     if json_:
         print_json({**report.to_dict(), "added_models": added, "dropped_models": [f"dense:{n.removeprefix('dense:')}" for n in dropped],
                     "retrievers": list(kb.dense_retrievers())})

@@ -19,6 +19,7 @@ from typing import Callable
 
 from .. import __version__
 from ..errors import StoreError
+from . import held
 from . import manifest as mf
 from .bm25 import BM25Index, effective_params
 from .catalog import Catalog
@@ -129,6 +130,7 @@ class Store(ModelsView, DocumentsView, ChunksView):
             # holds another model's vectors under the same hashes: never reuse it. (No chroma/: nothing
             # left over; opening Chroma would make an empty one, taken for the store's vectors.)
             if self._vectors_made() and (self._on_server() or writable(self.path / "chroma")):
+                held.forget(self, f"dense:{name}")
                 open_vectors(self.path, self.manifest, retriever=f"dense:{name}").drop()
             models[name] = {**mf.embedding_record(spec), "indexed_generation": -1}
             self.save_manifest()
@@ -157,6 +159,7 @@ class Store(ModelsView, DocumentsView, ChunksView):
             del models[name]
             self.save_manifest()
             self._extra_vectors.pop(f"dense:{name}", None)
+            held.forget(self, f"dense:{name}")
             if self._vectors_made():  # else no vectors to drop: opening Chroma would make an empty chroma/
                 vectors.drop()
         return True
@@ -219,6 +222,11 @@ class Store(ModelsView, DocumentsView, ChunksView):
             rec["indexed_generation"] = -1
             rec["dim"] = None
         self.save_manifest()
+
+    def drop_vectors(self, name: str = "dense") -> None:
+        """Drop dense retriever ``name``'s collection (a rebuild), its record first (``held``)."""
+        held.forget(self, name)
+        self.vectors_for(name).drop()
 
     def mark_indexed(self, generation: int, name: str = "dense") -> None:
         """Dense retriever ``name`` (``dense``: with BM25) holds catalog ``generation``; saved."""

@@ -94,6 +94,27 @@ MIGRATIONS: list[tuple[str, str]] = [
 ]
 
 
+# What each vector collection holds (``held.py``): its chunk ids and the index hash each was written
+# with, and one state row per dense retriever: the collection's identity, the catalog generation it
+# was written at, and whether it is clean (dirty: a vector write may have run). Not a migration: only
+# a writer reads or writes them, so the first writer makes them; a migration would be written on
+# open, and a read-only store made by an older kbtool could no longer be opened (read nor queried).
+_RECORD_TABLES = """
+    CREATE TABLE IF NOT EXISTS vector_record (
+        retriever TEXT NOT NULL,
+        chunk_id TEXT NOT NULL,
+        index_hash TEXT NOT NULL,
+        PRIMARY KEY (retriever, chunk_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS vector_record_state (
+        retriever TEXT PRIMARY KEY,
+        identity TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        clean INTEGER NOT NULL
+    )
+"""
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """A connection that writes nothing on open: WAL is switched on only for a catalog not yet in WAL
     (a new one). A catalog that cannot be opened for writing (a read-only file system, another
@@ -471,6 +492,64 @@ class Catalog:
             for part in _batches(chunk_ids):
                 rows += self.db.execute(q + f" WHERE c.chunk_id IN ({_marks(len(part))})", [key, *part]).fetchall()
         return {r[0]: np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+    # ---- the record of what each vector collection holds (held.py) -----------------------
+    def _record_read(self, sql: str, retriever: str) -> list:
+        try:
+            return self.db.execute(sql, (retriever,)).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):  # no writer has kept a record in this catalog yet
+                return []
+            raise
+
+    def _record_tables(self, db) -> None:
+        for statement in _RECORD_TABLES.split(";"):
+            db.execute(statement)
+
+    def vector_record_state(self, retriever: str) -> dict | None:
+        """{identity, generation, clean} of dense retriever ``retriever``'s record, None if it has none."""
+        rows = self._record_read("SELECT identity, generation, clean FROM vector_record_state WHERE retriever=?",
+                                 retriever)
+        return {"identity": rows[0][0], "generation": rows[0][1], "clean": bool(rows[0][2])} if rows else None
+
+    def vector_record(self, retriever: str) -> dict[str, str]:
+        """chunk_id -> index hash the record of ``retriever`` lists."""
+        return dict(self._record_read("SELECT chunk_id, index_hash FROM vector_record WHERE retriever=?", retriever))
+
+    def mark_vector_record_dirty(self, retriever: str) -> None:
+        """Before a vector write: the record of ``retriever`` no longer vouches for its collection. Synced
+        to disk before the write (SQLite's ``synchronous=FULL`` for this commit)."""
+        db = self.db
+        db.execute("PRAGMA synchronous = FULL")
+        try:
+            with self.transaction() as tx:
+                self._record_tables(tx)
+                tx.execute("UPDATE vector_record_state SET clean = 0 WHERE retriever=?", (retriever,))
+        finally:
+            db.execute("PRAGMA synchronous = NORMAL")
+
+    def write_vector_record(self, retriever: str, identity: str, generation: int, *, rows: dict[str, str] | None = None,
+                            deleted: Iterable[str] = (), upserted: dict[str, str] | None = None) -> None:
+        """In one transaction: the record of ``retriever`` becomes ``rows`` (all of it), or loses
+        ``deleted`` and gains ``upserted``; it is clean, written at ``generation``."""
+        with self.transaction() as db:
+            self._record_tables(db)
+            if rows is not None:
+                db.execute("DELETE FROM vector_record WHERE retriever=?", (retriever,))
+                upserted = rows
+            db.executemany("DELETE FROM vector_record WHERE retriever=? AND chunk_id=?",
+                           ((retriever, c) for c in deleted))
+            db.executemany("INSERT OR REPLACE INTO vector_record (retriever, chunk_id, index_hash) VALUES (?,?,?)",
+                           ((retriever, c, h) for c, h in (upserted or {}).items()))
+            db.execute("INSERT OR REPLACE INTO vector_record_state (retriever, identity, generation, clean)"
+                       " VALUES (?,?,?,1)", (retriever, identity, generation))
+
+    def forget_vector_record(self, retriever: str) -> None:
+        """The record of ``retriever`` is gone (its collection is being dropped)."""
+        with self.transaction() as db:
+            self._record_tables(db)
+            db.execute("DELETE FROM vector_record_state WHERE retriever=?", (retriever,))
+            db.execute("DELETE FROM vector_record WHERE retriever=?", (retriever,))
 
     # ---- status --------------------------------------------------------------------------
     def counts(self, max_tokens: int) -> dict:
