@@ -26,6 +26,9 @@ from .store.vectors import index_hash
 
 Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
 _EMBED_COMMIT = 256  # vectors per embedding-cache commit
+# Vectors read back from the cache and written to the index at a time: a sync's memory does not grow
+# with the store's vectors (at 1M chunks, holding them all with their metadata took 5 GB more).
+_WRITE_BATCH = 20_000
 
 
 @dataclass
@@ -129,26 +132,31 @@ def _sync_vectors(store, name: str, embedder, job: _Job) -> bool:
         to_delete, todo = _diff(existing, rows, wanted)
     # A rebuild re-embeds everything: what a model name or folder serves may have changed.
     key = embedder.spec.cache_key
-    vectors = {} if rebuild else store.cached_vectors(key, {r["content_hash"] for r in todo})
-    report.from_cache += sum(1 for r in todo if r["content_hash"] in vectors)
+    cached = set() if rebuild else store.cached_hashes(key, {r["content_hash"] for r in todo})
+    report.from_cache += sum(1 for r in todo if r["content_hash"] in cached)
     stage = "embedding" if name == "dense" else f"embedding {name}"
     embedded_before = report.embedded
-    bulk = _embed_missing(store, name, embedder, todo, vectors, report, progress, stage)
+    bulk = _embed_missing(store, name, embedder, todo, cached, report, progress, stage)
     if todo or to_delete:
         held.before_write(store, name)  # dirty until the record below: a kill in between lists the collection
     if to_delete:  # nothing to delete opens no Chroma client (a second: chromadb's import and start)
         index_.delete(to_delete)
     report.deleted += len(to_delete)
-    if todo:
-        index_.upsert([r["chunk_id"] for r in todo],
-                      np.stack([vectors[r["content_hash"]] for r in todo]).astype(np.float32),
-                      [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in todo])
+    dim = None
+    for start in range(0, len(todo), _WRITE_BATCH):  # every vector is in the cache now: read a batch, write it
+        part = todo[start : start + _WRITE_BATCH]
+        vectors = store.cached_vectors(key, {r["content_hash"] for r in part})
+        index_.upsert([r["chunk_id"] for r in part],
+                      np.stack([vectors[r["content_hash"]] for r in part]).astype(np.float32),
+                      [{**json.loads(r["meta"]), "index_hash": wanted[r["chunk_id"]]} for r in part])
+        dim = dim or int(next(iter(vectors.values())).shape[0])
+        del vectors
     report.upserted += len(todo)
     held.after_write(store, name, job.generation, existing, from_record, to_delete,
                      {r["chunk_id"]: wanted[r["chunk_id"]] for r in todo})
     emb = embedder.spec.to_manifest()  # the same identity (checked); the URL may have moved
-    if vectors:
-        emb["dim"] = int(next(iter(vectors.values())).shape[0])
+    if dim is not None:
+        emb["dim"] = dim
     elif store.model_record(name).get("dim") is None and existing:  # a rebuild killed after forgetting the width: the index has it
         kept = [c for c in existing if c in wanted][:1]
         sample = index_.get(kept) if kept else {}
@@ -167,17 +175,18 @@ def _diff(existing: dict[str, str], rows, wanted: dict[str, str]) -> tuple[list[
             [r for r in rows if existing.get(r["chunk_id"]) != wanted[r["chunk_id"]]])
 
 
-def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: IndexReport, progress,
+def _embed_missing(store, name: str, embedder, todo, cached: set, report: IndexReport, progress,
                    stage: str = "embedding"):
-    """Embed the texts of ``todo`` not in ``vectors`` (shortest first: batches pad little), caching
-    them batch by batch; returns the embedder that ran (its runtime is recorded)."""
-    missing: dict[str, str] = {}
+    """Embed the texts of ``todo`` whose hash is not in ``cached`` (shortest first: batches pad little)
+    into the embedding cache, batch by batch (nothing is kept in memory); returns the embedder that
+    ran (its runtime is recorded)."""
+    missing: dict[str, dict] = {}
     for r in todo:
-        if r["content_hash"] not in vectors:
-            missing.setdefault(r["content_hash"], embed_text(r["prefix"], r["text"]))
+        if r["content_hash"] not in cached:
+            missing.setdefault(r["content_hash"], r)
     if not missing:
         return embedder
-    hashes = sorted(missing, key=lambda h: len(missing[h]))
+    hashes = sorted(missing, key=lambda h: len(missing[h]["prefix"] or "") + len(missing[h]["text"]))
     total = len(hashes)
     cb = (lambda n: progress(stage, n, total)) if progress else None
     if progress:
@@ -185,10 +194,9 @@ def _embed_missing(store, name: str, embedder, todo, vectors: dict, report: Inde
     bulk = embedder.for_bulk(total) if hasattr(embedder, "for_bulk") else embedder
     for start in range(0, total, _EMBED_COMMIT):
         part = hashes[start : start + _EMBED_COMMIT]
-        fresh = bulk.embed([missing[h] for h in part], progress=cb)
+        fresh = bulk.embed([embed_text(missing[h]["prefix"], missing[h]["text"]) for h in part], progress=cb)
         store.check_dim(fresh, "passage", name=name)
         store.cache_vectors(embedder.spec.cache_key, [(h, fresh[i]) for i, h in enumerate(part)])
-        vectors.update({h: fresh[i] for i, h in enumerate(part)})
         report.embedded += len(part)
     return bulk
 

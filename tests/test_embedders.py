@@ -170,7 +170,9 @@ def test_a_query_process_never_imports_torch(sample_store, embedder):
     assert embedder.runtime == "onnx"  # the export exists in this session's cache
     code = (
         "import sys\n"
+        "import kbtool.cli\n"
         "from kbtool.cli import main\n"
+        "kbtool.cli._exit_now = sys.exit  # query's quick exit would end the process before the check below\n"
         f"sys.argv = ['kbtool', 'query', 'How long is the refund window in the EU?', '--store', {str(sample_store.path)!r}, '--json']\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "heavy = {'torch', 'sentence_transformers', 'transformers', 'unstructured', 'numba', 'scipy'}\n"

@@ -222,3 +222,24 @@ def test_sigkill_around_the_record_leaves_status_honest_and_the_next_ingest_repa
     q = fake_embedder.embed_queries(["zebracompass arrives", "quokkatrain lives"])
     for hits in Store.open(store.path).vectors.search(q, 10):  # Chroma's own search: no ghost
         assert {c.split("#")[0] for c, _ in hits} <= {"keep.md", "other.md", "later.md"}
+
+
+def test_vectors_are_written_a_batch_at_a_time_from_the_cache(tmp_path, fake_embedder, monkeypatch):
+    """A sync reads the vectors back from the embedding cache and writes them a batch at a time
+    (memory flat at any store size): batches of 2 give the same index as one write, nothing lost."""
+    import kbtool.index as index_mod
+
+    for i in range(7):
+        write(tmp_path / "d" / f"f{i}.md", f"# Part {i}\n\nSection {i} of seven, with its own word w{i}x.\n")
+    write(tmp_path / "d" / "keep.md", FILES["keep.md"])
+    monkeypatch.setattr(index_mod, "_WRITE_BATCH", 2)
+    store = Store.open(tmp_path / "kb", create=True, model=fake_embedder.spec)
+    report = ingest(store, [tmp_path / "d"], embedder=fake_embedder)
+    assert not report.failed and report.index.upserted == len(store.index_targets()) >= 8
+    _in_line(tmp_path / "kb", fake_embedder)
+    vecs = store.vectors.get(list(store.index_targets()))
+    cached = store.chunk_vectors()
+    unit = {c: v / np.linalg.norm(v) for c, v in cached.items()}  # Chroma (cosine space) keeps them normalised
+    assert set(vecs) == set(cached) and all(np.allclose(vecs[c] / np.linalg.norm(vecs[c]), unit[c], atol=1e-6)
+                                            for c in vecs)
+    assert store.manifest["embedding"]["dim"] == len(next(iter(vecs.values())))

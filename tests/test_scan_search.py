@@ -71,6 +71,7 @@ def test_a_cold_english_query_imports_only_what_it_needs(sample_store):
     assert not imported & {"chromadb", "wordfreq", "requests", "urllib3", "rich", "tqdm", "yaml", "torch", "jieba"}, \
         imported & {"chromadb", "wordfreq", "requests", "urllib3", "rich", "tqdm", "yaml", "torch", "jieba"}
 
+
 def test_a_deleted_document_leaves_the_scan(tmp_path, fake_embedder):
     from kbtool import retrieve
     from kbtool.ingestion.pipeline import ingest

@@ -476,6 +476,14 @@ class Catalog:
                 out[row[0]] = np.frombuffer(row[1], dtype=np.float32)
         return out
 
+    def cached_hashes(self, key: str, hashes: Iterable[str]) -> set[str]:
+        """The content hashes of ``hashes`` the cache holds a vector of for the model ``key``."""
+        out: set[str] = set()
+        for part in _batches(list(hashes)):
+            q = f"SELECT content_hash FROM embeddings WHERE model=? AND content_hash IN ({_marks(len(part))})"
+            out.update(row[0] for row in self.db.execute(q, [key, *part]))
+        return out
+
     def cache_vectors(self, key: str, items: list[tuple[str, np.ndarray]]) -> None:
         with self.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO embeddings (model, content_hash, vector) VALUES (?,?,?)",

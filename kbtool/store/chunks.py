@@ -68,6 +68,10 @@ class ChunksView:
         """content hash -> vector the embedding cache holds for model ``key`` (a spec's ``cache_key``)."""
         return self.catalog.cached_vectors(key, hashes)
 
+    def cached_hashes(self, key: str, hashes: set[str]) -> set[str]:
+        """Which of these content hashes the embedding cache holds a vector of for model ``key``."""
+        return self.catalog.cached_hashes(key, hashes)
+
     def cache_vectors(self, key: str, items: list) -> None:
         """Keep (content hash, vector) pairs of model ``key`` in the embedding cache."""
         self.catalog.cache_vectors(key, items)
