@@ -22,7 +22,6 @@ from .document import embed_text
 from .store import held
 from .store import manifest as mf
 from .store.bm25 import BM25Index
-from .store.vectors import index_hash
 
 Progress = Callable[[str, int, int], None]  # progress(stage, advance, total)
 _EMBED_COMMIT = 256  # vectors per embedding-cache commit
@@ -90,8 +89,7 @@ def sync(store, embedder, progress: Progress | None = None, rebuild: bool = Fals
     generation = store.generation()
     rows = store.chunks_for_index()
     report.chunks = len(rows)
-    # What both indexes must hold (``store.index_targets()``), from the rows just read: not read twice.
-    wanted = {r["chunk_id"]: index_hash(r["content_hash"], r["meta"]) for r in rows}
+    wanted = store.index_targets(rows)  # from the rows just read: the catalog is not read twice
     job = _Job(rows, wanted, generation, report, progress, rebuild, verify)
     _sync_vectors(store, "dense", embedder, job)
     report.bm25_rebuilt, report.bm25_delta = _sync_bm25(store, rows, wanted, generation, force=bool(rebuild))

@@ -30,8 +30,11 @@ class ChunksView:
     def generation(self) -> int:
         return self.catalog.generation()
 
-    def index_targets(self) -> dict[str, str]:
-        """chunk_id -> index hash of every catalog chunk: what both indexes must hold."""
+    def index_targets(self, rows: list | None = None) -> dict[str, str]:
+        """chunk_id -> index hash of every catalog chunk: what both indexes must hold (from ``rows`` of
+        ``chunks_for_index`` when the caller has read them already)."""
+        if rows is not None:
+            return {r["chunk_id"]: index_hash(r["content_hash"], r["meta"]) for r in rows}
         return {r[0]: index_hash(r[1], r[2]) for r in self.catalog.chunk_hashes()}
 
     def is_indexed(self) -> bool:
